@@ -1,0 +1,27 @@
+"""t2t_lite: Tensor2Tensor-style Transformer training with exact gradient accumulation."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="t2t_lite",
+    version="0.1.0",
+    description="T2T-style seq2seq Transformer training with exact MultistepAdam "
+                "gradient accumulation on TensorFlow 2 / Keras 3.",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["t2t_lite", "t2t_lite.*"]),
+    install_requires=[
+        "tensorflow==2.21.*",
+        "keras==3.15.*",
+        "tensorboard==2.21.*",  # tf.summary needs it; TF 2.21 no longer pulls it in
+        "absl-py==2.*",
+        "numpy>=1.26,<3",
+    ],
+    extras_require={
+        "test": ["pytest==9.*"],
+    },
+    entry_points={
+        "console_scripts": [
+            "t2t-trainer=t2t_lite.bin.trainer:run",
+        ],
+    },
+)

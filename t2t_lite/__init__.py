@@ -1,0 +1,11 @@
+"""t2t_lite: Tensor2Tensor-style Transformer training with exact gradient accumulation.
+
+Importing the package imports every module that registers something, so every
+registered name exists as soon as `import t2t_lite` returns.
+"""
+
+from t2t_lite import hparams_sets  # noqa: F401  (registers hparams sets)
+from t2t_lite import registrations  # noqa: F401  (registers models and problems)
+from t2t_lite.optim import optimizers  # noqa: F401  (registers optimizers)
+
+__version__ = "0.1.0"

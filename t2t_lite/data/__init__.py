@@ -1,0 +1,1 @@
+"""Problems (in-process data generation) and the tf.data token-batching pipeline."""

@@ -1,0 +1,1 @@
+"""Learning-rate schedules, optimizers and exact gradient accumulation."""

@@ -1,0 +1,59 @@
+"""Replica-local float32 gradient accumulators for exact multi-step updates.
+
+For every trainable variable the accumulator keeps the running SUM of gradients of the
+summed (not averaged) token loss, and next to it the running sums of token losses and
+non-pad target tokens. At the update, gradient / tokens is exactly the big-batch
+gradient (DESIGN.md §2): a mean of micro-batch means would weight a short micro-batch's
+tokens more than a long one's.
+
+The variables are ON_READ (replica-local under tf.distribute, plain variables
+otherwise), so replicas never talk between updates. They are float32 whatever the
+model's compute dtype, and they are checkpointed: with the global step (whose value mod
+n is the position inside the window) they let a run resume mid-window exactly.
+"""
+
+import tensorflow as tf
+
+
+def _local_variable(initial_value, name):
+  return tf.Variable(
+      initial_value, trainable=False, name=name,
+      synchronization=tf.VariableSynchronization.ON_READ,
+      aggregation=tf.VariableAggregation.SUM)
+
+
+class GradientAccumulator(tf.Module):
+  """Sums of gradients, token losses and token counts over one accumulation window."""
+
+  def __init__(self, variables, name="accumulator"):
+    super().__init__(name=name)
+    self.gradients = [
+        _local_variable(tf.zeros(v.shape, tf.float32), f"grad_{i}")
+        for i, v in enumerate(variables)]
+    self.loss_sum = _local_variable(0.0, "loss_sum")
+    self.tokens = _local_variable(0.0, "tokens")
+
+  def add(self, gradients, loss_sum, tokens):
+    """Adds one micro-batch; embedding IndexedSlices are scattered, never densified."""
+    for accumulator, gradient in zip(self.gradients, gradients):
+      if gradient is None:
+        continue
+      if isinstance(gradient, tf.IndexedSlices):
+        accumulator.scatter_add(tf.IndexedSlices(
+            tf.cast(gradient.values, tf.float32), gradient.indices,
+            gradient.dense_shape))
+      else:
+        accumulator.assign_add(tf.cast(gradient, tf.float32))
+    self.loss_sum.assign_add(loss_sum)
+    self.tokens.assign_add(tokens)
+
+  def read(self):
+    """(gradients, loss_sum, tokens) as tensors of this replica's sums."""
+    return ([tf.identity(g) for g in self.gradients],
+            tf.identity(self.loss_sum), tf.identity(self.tokens))
+
+  def reset(self):
+    for accumulator in self.gradients:
+      accumulator.assign(tf.zeros_like(accumulator))
+    self.loss_sum.assign(0.0)
+    self.tokens.assign(0.0)

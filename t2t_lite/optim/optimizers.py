@@ -1,0 +1,52 @@
+"""Registered optimizers: a name → a function (hp, learning_rate) → Keras optimizer.
+
+The Keras optimizers are used for their update rules only. Gradient normalization,
+weight decay and clipping are done by t2t_lite once per update on the accumulated
+gradient (see training/train_step.py), so none of Keras's `global_clipnorm`,
+`weight_decay` or `gradient_accumulation_steps` options is ever turned on: Keras's
+built-in accumulation evaluates schedules on micro-steps and averages micro-batch
+means, which is not what DESIGN.md §2 asks for.
+
+`multistep_adam` is Adam: the "multistep" part is the accumulation the train step
+applies whenever optimizer_multistep_accumulate_steps > 1, for any optimizer.
+"""
+
+import keras
+
+from t2t_lite.registry import OPTIMIZERS
+
+
+@OPTIMIZERS.register("adam")
+def adam(hp, learning_rate):
+  return keras.optimizers.Adam(
+      learning_rate=learning_rate, beta_1=hp.optimizer_adam_beta1,
+      beta_2=hp.optimizer_adam_beta2, epsilon=hp.optimizer_adam_epsilon)
+
+
+OPTIMIZERS.add("multistep_adam", adam)
+
+
+@OPTIMIZERS.register("sgd")
+def sgd(hp, learning_rate):
+  del hp
+  return keras.optimizers.SGD(learning_rate=learning_rate)
+
+
+@OPTIMIZERS.register("momentum")
+def momentum(hp, learning_rate):
+  return keras.optimizers.SGD(
+      learning_rate=learning_rate, momentum=hp.optimizer_momentum_momentum,
+      nesterov=hp.optimizer_momentum_nesterov)
+
+
+@OPTIMIZERS.register("adafactor")
+def adafactor(hp, learning_rate):
+  return keras.optimizers.Adafactor(
+      learning_rate=learning_rate,
+      beta_2_decay=-hp.optimizer_adafactor_decay_rate,
+      clip_threshold=hp.optimizer_adafactor_clipping_threshold)
+
+
+def optimizer_from_hparams(hp, learning_rate):
+  """The registered optimizer named by hp.optimizer (unknown names: RegistryError)."""
+  return OPTIMIZERS.get(hp.optimizer)(hp, learning_rate)

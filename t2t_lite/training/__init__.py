@@ -1,0 +1,1 @@
+"""Train step, evaluation, checkpoints, summaries and the training loop."""

@@ -1,0 +1,149 @@
+"""The compiled training step with exact gradient accumulation (DESIGN.md §2).
+
+Two compiled functions share one replica-level body:
+
+- `accumulate(batch)`: forward/backward on one micro-batch, add into the replica-local
+  accumulators. No cross-replica communication.
+- `accumulate_and_update(batch)`: the same, then ONE all-reduce of gradients, token
+  count and loss; gradient = sum / tokens (token-exact); weight decay, then global-norm
+  clipping, once, on that gradient; the optimizer applies it; accumulators reset.
+
+The training loop calls `accumulate` for the first n-1 micro-batches of each window and
+`accumulate_and_update` for the last (window position = global_step mod n). With n = 1
+there are no accumulators: the update body uses the micro-batch's gradient directly.
+
+Since the optimizer only runs on updates, `optimizer.iterations` *is* the update step:
+the learning-rate schedule and Adam's bias correction both count updates.
+
+Room to grow: the body runs under `strategy.run`, accumulators are ON_READ variables and
+the optimizer is applied through `merge_call` after our own all-reduce, so
+MirroredStrategy/MultiWorkerMirroredStrategy need no rewrite; loss scaling for mixed
+precision belongs in `_gradients` (scale the loss) and `_update` (unscale once).
+"""
+
+import tensorflow as tf
+
+from t2t_lite.models.transformer import token_loss
+from t2t_lite.optim.accumulator import GradientAccumulator
+
+_BATCH_SIGNATURE = ({
+    "inputs": tf.TensorSpec([None, None], tf.int32),
+    "targets": tf.TensorSpec([None, None], tf.int32),
+},)
+
+
+class TrainStep:
+  """Owns the global step and accumulators; calls model, loss and optimizer."""
+
+  def __init__(self, model, optimizer, *, accumulate_steps, label_smoothing,
+               clip_grad_norm=0.0, weight_decay=0.0, strategy=None):
+    if accumulate_steps < 1:
+      raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}.")
+    self.model = model
+    self.optimizer = optimizer
+    self.n = accumulate_steps
+    self.label_smoothing = label_smoothing
+    self.clip_grad_norm = clip_grad_norm
+    self.weight_decay = weight_decay
+    self.strategy = strategy or tf.distribute.get_strategy()
+    with self.strategy.scope():
+      self.global_step = tf.Variable(
+          0, dtype=tf.int64, trainable=False, name="global_step",
+          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      self.optimizer.build(model.trainable_variables)
+      self.accumulator = (GradientAccumulator(model.trainable_variables)
+                          if self.n > 1 else None)
+    self.accumulate = tf.function(
+        self._run(self._accumulate_body), input_signature=_BATCH_SIGNATURE)
+    self.accumulate_and_update = tf.function(
+        self._run(self._update_body), input_signature=_BATCH_SIGNATURE)
+
+  @property
+  def update_step(self):
+    """Number of optimizer updates applied so far (a checkpointed variable)."""
+    return self.optimizer.iterations
+
+  def is_update_micro_step(self, global_step):
+    """Whether micro-step `global_step` (0-based) closes an accumulation window."""
+    return (global_step + 1) % self.n == 0
+
+  def __call__(self, batch, global_step):
+    """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this batch."""
+    if self.is_update_micro_step(global_step):
+      return self.accumulate_and_update(batch)
+    return self.accumulate(batch)
+
+  def checkpoint_items(self):
+    """Objects a tf.train.Checkpoint must hold to resume exactly, even mid-window."""
+    items = {"model": self.model, "optimizer": self.optimizer,
+             "global_step": self.global_step}
+    if self.accumulator is not None:
+      items["accumulator"] = self.accumulator
+    return items
+
+  # --- replica-level bodies -------------------------------------------------------
+
+  def _run(self, body):
+    def run(batch):
+      outputs = self.strategy.run(body, args=(batch,))
+      return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+              for k, v in outputs.items()}
+    return run
+
+  def _gradients(self, batch):
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      logits = self.model(batch, training=True)  # [batch, length, vocab]
+      loss_sum, tokens = token_loss(logits, batch["targets"], self.label_smoothing)
+    return tape.gradient(loss_sum, variables), loss_sum, tokens
+
+  def _accumulate_body(self, batch):
+    gradients, loss_sum, tokens = self._gradients(batch)
+    self.accumulator.add(gradients, loss_sum, tokens)
+    self.global_step.assign_add(1)
+    return {"loss_sum": loss_sum, "tokens": tokens}
+
+  def _update_body(self, batch):
+    gradients, loss_sum, tokens = self._gradients(batch)
+    if self.accumulator is not None:
+      self.accumulator.add(gradients, loss_sum, tokens)
+      window_gradients, window_loss, window_tokens = self.accumulator.read()
+    else:
+      window_gradients, window_loss, window_tokens = gradients, loss_sum, tokens
+    self._update(window_gradients, window_loss, window_tokens)
+    if self.accumulator is not None:
+      self.accumulator.reset()
+    self.global_step.assign_add(1)
+    return {"loss_sum": loss_sum, "tokens": tokens}
+
+  def _update(self, gradients, loss_sum, tokens):
+    """All-reduce once, normalize by tokens, decay, clip, apply."""
+    context = tf.distribute.get_replica_context()
+    reduced = context.all_reduce(
+        tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens])
+    gradients, tokens = reduced[:-2], reduced[-1]
+    # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
+    # rows absent from the batch are not decayed), which is not T2T's Adam and would
+    # make an accumulated update differ from the big-batch one. Densifying once per
+    # update costs one vocab×hidden add; the micro-steps stay sparse.
+    scale = 1.0 / tf.maximum(tokens, 1.0)
+    gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
+    variables = self.model.trainable_variables
+    if self.weight_decay > 0:
+      gradients = [_add_weight_decay(g, v, self.weight_decay)
+                   for g, v in zip(gradients, variables)]
+    if self.clip_grad_norm > 0:
+      gradients, _ = tf.clip_by_global_norm(gradients, self.clip_grad_norm)
+    # Our all-reduce already summed replicas: apply in cross-replica context, where
+    # Keras's optimizer does not all-reduce a second time.
+    def apply(strategy, gradients):
+      del strategy
+      self.optimizer.apply(gradients, variables)
+    context.merge_call(apply, args=(gradients,))
+
+
+def _add_weight_decay(gradient, variable, rate):
+  """T2T's weight decay: L2 on weight matrices only (rank > 1), not biases/norms."""
+  if len(variable.shape) <= 1:
+    return gradient
+  return gradient + rate * tf.convert_to_tensor(variable)

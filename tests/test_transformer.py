@@ -1,0 +1,194 @@
+"""Tests for t2t_lite.models.transformer (tiny sizes, CPU, fast)."""
+
+import math
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.models import Transformer, token_accuracy, token_loss
+from t2t_lite.models import transformer as tr
+
+VOCAB = 20
+HIDDEN = 16
+
+
+def _hparams(**overrides):
+    values = dict(
+        hidden_size=HIDDEN, filter_size=32, num_hidden_layers=2,
+        num_encoder_layers=0, num_decoder_layers=0, num_heads=2,
+        layer_prepostprocess_dropout=0.0, attention_dropout=0.0, relu_dropout=0.0,
+        shared_embedding_and_softmax_weights=True, norm_epsilon=1e-6,
+        initializer_gain=1.0)
+    values.update(overrides)
+    return types.SimpleNamespace(**values)
+
+
+def _model(seed=0, **overrides):
+    keras.utils.set_random_seed(seed)
+    return Transformer.from_hparams(_hparams(**overrides), vocab_size=VOCAB)
+
+
+def _features(inputs, targets):
+    return {"inputs": tf.constant(inputs, tf.int32),
+            "targets": tf.constant(targets, tf.int32)}
+
+
+FEATURES = _features([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0]],
+                     [[4, 3, 1, 0], [10, 11, 12, 1]])
+
+
+def test_output_shape_and_dtype():
+    model = _model(num_encoder_layers=1)
+    logits = model(FEATURES)
+    assert logits.shape == (2, 4, VOCAB)
+    assert logits.dtype == tf.float32
+    assert np.all(np.isfinite(logits.numpy()))
+    # num_encoder_layers=1 is used; num_decoder_layers=0 means num_hidden_layers.
+    assert len(model.encoder_layers) == 1
+    assert len(model.decoder_layers) == 2
+
+
+def test_layer_get_config_round_trip():
+    layer = tr.DecoderLayer(HIDDEN, 32, 2, 0.1, 0.2, 0.3, norm_epsilon=1e-5,
+                            initializer_gain=0.5, name="dec")
+    config = layer.get_config()
+    clone = tr.DecoderLayer.from_config(config)
+    assert clone.get_config() == config
+    assert config["relu_dropout"] == 0.3 and config["norm_epsilon"] == 1e-5
+    model = _model(shared_embedding_and_softmax_weights=False)
+    clone_model = Transformer.from_config(model.get_config())
+    assert clone_model.get_config() == model.get_config()
+    assert clone_model.shared_embedding_and_softmax_weights is False
+
+
+def test_padding_does_not_leak():
+    model = _model(seed=1, shared_embedding_and_softmax_weights=False)
+    short = _features([[5, 6, 1]], [[7, 1]])
+    batched = _features([[5, 6, 1, 0, 0, 0], [9, 8, 7, 6, 5, 1]],
+                        [[7, 1, 0, 0, 0], [3, 4, 5, 6, 1]])
+    alone = model(short).numpy()[0]  # [2, vocab]
+    together = model(batched).numpy()[0, :2]  # [2, vocab]
+    np.testing.assert_allclose(alone, together, atol=1e-5, rtol=0)
+
+
+def test_dropout_is_noop_when_not_training_or_rate_zero():
+    model = _model(layer_prepostprocess_dropout=0.5, attention_dropout=0.5,
+                   relu_dropout=0.5)
+    eval_1 = model(FEATURES, training=False).numpy()
+    eval_2 = model(FEATURES, training=False).numpy()
+    train = model(FEATURES, training=True).numpy()
+    np.testing.assert_array_equal(eval_1, eval_2)
+    assert np.max(np.abs(train - eval_1)) > 1e-3  # dropout really acts in training.
+    no_dropout = _model()
+    np.testing.assert_array_equal(no_dropout(FEATURES, training=True).numpy(),
+                                  no_dropout(FEATURES, training=False).numpy())
+
+
+def test_decoder_is_causal():
+    model = _model(seed=2)
+    before = model(_features([[5, 6, 1]], [[7, 8, 9, 1]])).numpy()
+    after = model(_features([[5, 6, 1]], [[7, 8, 13, 1]])).numpy()
+    # Target 2 changed: logits 0..2 (which see targets < 2) stay, logit 3 changes.
+    np.testing.assert_allclose(before[0, :3], after[0, :3], atol=1e-6, rtol=0)
+    assert np.max(np.abs(before[0, 3] - after[0, 3])) > 1e-4
+
+
+def test_encode_decode_match_call():
+    model = _model(seed=3)
+    encoder_output, bias = model.encode(FEATURES["inputs"])
+    assert encoder_output.shape == (2, 5, HIDDEN) and bias.shape == (2, 1, 1, 5)
+    logits = model.decode(tr.shift_right(FEATURES["targets"]), encoder_output, bias)
+    np.testing.assert_array_equal(logits.numpy(), model(FEATURES).numpy())
+    np.testing.assert_array_equal(tr.shift_right(tf.constant([[4, 3, 1]])).numpy(),
+                                  [[0, 4, 3]])
+
+
+def test_source_embedding_gradient_is_indexed_slices():
+    model = _model(shared_embedding_and_softmax_weights=False)
+    model(FEATURES)
+    weight = model.source_embedding.weights_matrix
+    with tf.GradientTape() as tape:
+        loss, _ = token_loss(model(FEATURES, training=True),
+                             FEATURES["targets"], 0.1)
+    grad = tape.gradient(loss, weight)
+    assert isinstance(grad, tf.IndexedSlices)
+    assert grad.dense_shape.numpy().tolist() == [VOCAB, HIDDEN]
+
+
+@pytest.mark.parametrize("shared, expected", [(True, 1), (False, 3)])
+def test_embedding_and_softmax_sharing(shared, expected):
+    model = _model(shared_embedding_and_softmax_weights=shared)
+    model(FEATURES)
+    matrices = [v for v in model.trainable_variables
+                if tuple(v.shape) == (VOCAB, HIDDEN)]
+    assert len(matrices) == expected
+    assert (model.source_embedding is model.softmax) == shared
+    stddev = np.std(matrices[0].numpy())
+    assert 0.5 * HIDDEN ** -0.5 < stddev < 1.5 * HIDDEN ** -0.5
+
+
+def test_embedding_scales_and_zeroes_padding():
+    layer = tr.EmbeddingSharedWeights(VOCAB, HIDDEN)
+    out = layer(tf.constant([[3, 0]])).numpy()  # [1, 2, hidden]
+    weights = layer.weights_matrix.numpy()
+    np.testing.assert_allclose(out[0, 0], weights[3] * math.sqrt(HIDDEN), rtol=1e-6)
+    np.testing.assert_array_equal(out[0, 1], np.zeros(HIDDEN))
+
+
+def test_timing_signal_matches_formula():
+    signal = tr.get_timing_signal_1d(3, 6).numpy()[0]  # [3, 6]
+    inv = np.exp(-np.arange(3) * math.log(1e4) / 2)
+    expected = np.concatenate([np.sin(np.outer(np.arange(3), inv)),
+                               np.cos(np.outer(np.arange(3), inv))], axis=1)
+    np.testing.assert_allclose(signal, expected, atol=1e-6)
+
+
+def test_token_loss_ignores_padding():
+    targets = tf.constant([[3, 4, 1, 0, 0], [5, 1, 0, 0, 0]])
+    logits = tf.random.stateless_normal([2, 5, VOCAB], seed=[1, 2])
+    loss, count = token_loss(logits, targets, 0.1)
+    assert count.dtype == tf.float32 and float(count) == 5.0
+    garbage = tf.where(targets[:, :, None] == 0, 1e3, logits)  # change pad logits
+    loss_2, _ = token_loss(garbage, targets, 0.1)
+    np.testing.assert_allclose(float(loss), float(loss_2), rtol=1e-6)
+
+
+def test_token_loss_best_prediction_is_zero_with_label_smoothing():
+    smoothing = 0.1
+    targets = tf.constant([[3, 7, 1, 0]])
+    soft = tf.one_hot(targets, VOCAB, 1.0 - smoothing, smoothing / (VOCAB - 1))
+    loss, count = token_loss(tf.math.log(soft), targets, smoothing)
+    assert float(count) == 3.0
+    assert abs(float(loss)) < 1e-5
+    # A one-hot-confident prediction is worse than the smoothed distribution.
+    confident, _ = token_loss(10.0 * tf.one_hot(targets, VOCAB), targets, smoothing)
+    assert float(confident) > 1.0
+
+
+def test_token_loss_hand_computed():
+    logits = np.array([[[2.0, 0.0, 1.0], [0.0, 0.5, 0.0]]], np.float32)
+    targets = np.array([[2, 0]], np.int32)  # second position is padding
+    log_probs = logits[0, 0] - np.log(np.sum(np.exp(logits[0, 0])))
+    # No smoothing: plain negative log likelihood.
+    loss, count = token_loss(logits, targets, 0.0)
+    np.testing.assert_allclose(float(loss), -log_probs[2], rtol=1e-6)
+    assert float(count) == 1.0
+    # Smoothing 0.2 over vocab 3: soft targets [0.1, 0.1, 0.8], minus their entropy.
+    soft = np.array([0.1, 0.1, 0.8])
+    expected = -np.sum(soft * log_probs) + np.sum(soft * np.log(soft))
+    loss, _ = token_loss(logits, targets, 0.2)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+
+
+def test_token_accuracy_hand_made():
+    targets = tf.constant([[2, 3, 1, 0], [4, 1, 0, 0], [2, 2, 2, 1], [0, 0, 0, 0]])
+    predictions = tf.constant([[2, 3, 1, 9], [4, 2, 7, 7], [2, 2, 2, 1], [5, 5, 5, 5]])
+    logits = tf.one_hot(predictions, 10)
+    correct, tokens, correct_seqs, seqs = token_accuracy(logits, targets)
+    # Row 0: 3/3 (pad ignored); row 1: 1/2; row 2: 4/4; row 3: only padding.
+    assert (float(correct), float(tokens)) == (8.0, 9.0)
+    assert (float(correct_seqs), float(seqs)) == (2.0, 3.0)
+    assert correct.dtype == tf.float32 and seqs.dtype == tf.float32
