@@ -131,12 +131,13 @@ class Trainer:
   def train(self):
     """Trains up to train_steps micro-steps; returns the final evaluation record."""
     config = self.config
+    # The input iterator is checkpointed with the model (shuffle buffer and bucket
+    # contents included), so a resumed run sees exactly the batches an uninterrupted
+    # run would have seen next.
+    batches = iter(self.dataset("train", training=True, seed=config.random_seed))
+    self.checkpoint.train_iterator = batches
     start = self.restore()
     logging.info(simulation_line(self.hp, self.strategy.num_replicas_in_sync))
-    # A resumed run reshuffles with a seed that depends on where it resumed, so it
-    # does not replay the batches it already trained on.
-    batches = iter(self.dataset("train", training=True,
-                                seed=config.random_seed + start))
     meter = _ThroughputMeter(start, config.train_steps)
     last_saved = start
     record = None
