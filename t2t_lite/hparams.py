@@ -46,11 +46,11 @@ def coerce_value(key, value, kind):
     elif kind is str:
       return text
     raise HParamsError(
-        f"hparam '{key}' expects a {kind.__name__}, got '{value}'.")
+        f"hparam '{key}' expects type {kind.__name__}, got '{value}'.")
   if kind is float and isinstance(value, int) and not isinstance(value, bool):
     return float(value)
   if type(value) is not kind:  # bool is an int subclass: compare exactly.
-    raise HParamsError(f"hparam '{key}' expects a {kind.__name__}, got "
+    raise HParamsError(f"hparam '{key}' expects type {kind.__name__}, got "
                        f"{value!r} ({type(value).__name__}).")
   return value
 
@@ -71,6 +71,8 @@ class HParams:
   def declare(self, key, default):
     if key in self._values:
       raise HParamsError(f"hparam '{key}' is declared twice.")
+    if hasattr(type(self), key) or key.startswith("_"):
+      raise HParamsError(f"hparam name '{key}' is reserved by HParams.")
     if type(default) not in (bool, int, float, str):
       raise HParamsError(f"hparam '{key}' must be bool, int, float or str.")
     self._values[key] = default
@@ -135,7 +137,10 @@ class HParams:
       raise HParamsError(f"hparams JSON is malformed: {e}") from None
     if not isinstance(values, dict):
       raise HParamsError("hparams JSON must be an object of key: value.")
-    return cls(**values)
+    hp = cls()
+    for key, value in values.items():
+      hp.declare(key, value)
+    return hp
 
   def __repr__(self):
     items = ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))

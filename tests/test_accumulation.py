@@ -24,8 +24,8 @@ def _train_accumulated(n, start, **overrides):
   hp = tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides)
   model, step = build(hp, train_steps=n * UPDATES, initial_weights=start)
   run(step, uneven_micro_batches(n * UPDATES))
-  assert int(step.update_step) == UPDATES
-  assert int(step.global_step) == n * UPDATES
+  assert step.update_step == UPDATES
+  assert step.micro_step == n * UPDATES
   return model
 
 
@@ -35,7 +35,7 @@ def _train_big_batch(n, start, **overrides):
   hp = tiny_hparams(optimizer_multistep_accumulate_steps=1, **overrides)
   model, step = build(hp, train_steps=UPDATES, initial_weights=start)
   run(step, [concatenate(micro[u * n:(u + 1) * n]) for u in range(UPDATES)])
-  assert int(step.update_step) == UPDATES
+  assert step.update_step == UPDATES
   return model
 
 

@@ -22,6 +22,15 @@ def _local_variable(initial_value, name):
       aggregation=tf.VariableAggregation.SUM)
 
 
+def _replica_copy(variable):
+  """This replica's own component of an ON_READ variable (the variable itself when
+  not distributed). tf.distribute refuses `scatter_add` on the distributed wrapper,
+  but the component is a plain variable that supports it; there is no public
+  accessor, hence the private one, guarded."""
+  component = getattr(variable, "_get_on_device_or_primary", None)
+  return component() if component is not None else variable
+
+
 class GradientAccumulator(tf.Module):
   """Sums of gradients, token losses and token counts over one accumulation window."""
 
@@ -39,7 +48,7 @@ class GradientAccumulator(tf.Module):
       if gradient is None:
         continue
       if isinstance(gradient, tf.IndexedSlices):
-        accumulator.scatter_add(tf.IndexedSlices(
+        _replica_copy(accumulator).scatter_add(tf.IndexedSlices(
             tf.cast(gradient.values, tf.float32), gradient.indices,
             gradient.dense_shape))
       else:

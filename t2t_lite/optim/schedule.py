@@ -93,6 +93,7 @@ def parse_schedule(text):
   return [FACTORS[name] for name in names]
 
 
+@keras.saving.register_keras_serializable("t2t_lite")
 class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
   """The parsed product of factors, called by the optimizer with its update count.
 
@@ -115,6 +116,10 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
   def get_config(self):
     return {"text": self.text, "config": dataclasses.asdict(self.config)}
 
+  @classmethod
+  def from_config(cls, config):
+    return cls(config["text"], ScheduleConfig(**config["config"]))
+
 
 def schedule_from_hparams(hp, train_steps):
   """Builds the schedule; `train_steps` counts micro-steps and is turned into updates."""
@@ -133,6 +138,9 @@ def schedule_from_hparams(hp, train_steps):
 def accumulate_steps(hp):
   """optimizer_multistep_accumulate_steps as a validated n ≥ 1 (0 and 1: no accumulation)."""
   n = hp.optimizer_multistep_accumulate_steps
+  if type(n) is not int:  # bool is an int subclass; refuse it too
+    raise ScheduleError(
+        f"optimizer_multistep_accumulate_steps must be an integer, got {n!r}.")
   if n < 0:
     raise ScheduleError(
         f"optimizer_multistep_accumulate_steps must be >= 0, got {n}.")

@@ -15,10 +15,11 @@ there are no accumulators: the update body uses the micro-batch's gradient direc
 Since the optimizer only runs on updates, `optimizer.iterations` *is* the update step:
 the learning-rate schedule and Adam's bias correction both count updates.
 
-Room to grow: the body runs under `strategy.run`, accumulators are ON_READ variables and
-the optimizer is applied through `merge_call` after our own all-reduce, so
-MirroredStrategy/MultiWorkerMirroredStrategy need no rewrite; loss scaling for mixed
-precision belongs in `_gradients` (scale the loss) and `_update` (unscale once).
+Distribution: the bodies run under `strategy.run`, accumulators are ON_READ
+(replica-local) variables, and the update does one all-reduce of gradients + token
+count + loss, after which the optimizer applies without reducing again. Tested with
+MirroredStrategy over two logical CPUs. Loss scaling for mixed precision belongs in
+`_gradients` (scale the loss) and `_update` (unscale once, on the summed gradient).
 """
 
 import tensorflow as tf
@@ -51,17 +52,22 @@ class TrainStep:
           0, dtype=tf.int64, trainable=False, name="global_step",
           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.optimizer.build(model.trainable_variables)
+      _skip_keras_all_reduce(self.optimizer)
       self.accumulator = (GradientAccumulator(model.trainable_variables)
                           if self.n > 1 else None)
-    self.accumulate = tf.function(
-        self._run(self._accumulate_body), input_signature=_BATCH_SIGNATURE)
-    self.accumulate_and_update = tf.function(
-        self._run(self._update_body), input_signature=_BATCH_SIGNATURE)
+    self.accumulate = self._compile(self._accumulate_body)
+    self.accumulate_and_update = self._compile(self._update_body)
 
   @property
   def update_step(self):
-    """Number of optimizer updates applied so far (a checkpointed variable)."""
-    return self.optimizer.iterations
+    """Optimizer updates applied so far, as an int (checkpointed as the optimizer's
+    `iterations`, which only moves on updates)."""
+    return int(tf.convert_to_tensor(self.optimizer.iterations))
+
+  @property
+  def micro_step(self):
+    """Micro-batches consumed so far, as an int (checkpointed as `global_step`)."""
+    return int(tf.convert_to_tensor(self.global_step))
 
   def is_update_micro_step(self, global_step):
     """Whether micro-step `global_step` (0-based) closes an accumulation window."""
@@ -80,6 +86,14 @@ class TrainStep:
     if self.accumulator is not None:
       items["accumulator"] = self.accumulator
     return items
+
+  def _compile(self, body):
+    """One trace for all batch shapes: a [None, None] signature on one replica;
+    distributed (PerReplica) batches cannot match a TensorSpec, so there shapes are
+    relaxed after the first trace instead."""
+    if self.strategy.num_replicas_in_sync == 1:
+      return tf.function(self._run(body), input_signature=_BATCH_SIGNATURE)
+    return tf.function(self._run(body), reduce_retracing=True)
 
   # --- replica-level bodies -------------------------------------------------------
 
@@ -134,12 +148,7 @@ class TrainStep:
                    for g, v in zip(gradients, variables)]
     if self.clip_grad_norm > 0:
       gradients, _ = tf.clip_by_global_norm(gradients, self.clip_grad_norm)
-    # Our all-reduce already summed replicas: apply in cross-replica context, where
-    # Keras's optimizer does not all-reduce a second time.
-    def apply(strategy, gradients):
-      del strategy
-      self.optimizer.apply(gradients, variables)
-    context.merge_call(apply, args=(gradients,))
+    self.optimizer.apply(gradients, variables)
 
 
 def _add_weight_decay(gradient, variable, rate):
@@ -147,3 +156,17 @@ def _add_weight_decay(gradient, variable, rate):
   if len(variable.shape) <= 1:
     return gradient
   return gradient + rate * tf.convert_to_tensor(variable)
+
+
+def _skip_keras_all_reduce(optimizer):
+  """Keras 3's TF optimizers all-reduce gradients inside `apply` when called in a
+  replica context. `_update` has already summed gradients and token counts across
+  replicas in ONE all-reduce (the counts must be summed before normalizing, and the
+  clip norm needs the summed gradient), so a second reduction would multiply the
+  update by the number of replicas. Keras has no public switch; this replaces the
+  private hook on this instance only. The MirroredStrategy equivalence test fails
+  if a Keras release renames it."""
+  if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+    raise RuntimeError("This Keras version has no Optimizer._all_reduce_sum_gradients;"
+                       " t2t_lite's single all-reduce per update needs updating.")
+  optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars

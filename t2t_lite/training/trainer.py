@@ -83,11 +83,11 @@ class Trainer:
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
       logging.info("Resumed from %s (global step %d, update %d).", latest,
-                   int(self.step.global_step), int(self.step.update_step))
-    return int(self.step.global_step)
+                   self.step.micro_step, self.step.update_step)
+    return self.step.micro_step
 
   def save(self):
-    step = int(self.step.global_step)
+    step = self.step.micro_step
     path = self.manager.save(checkpoint_number=step)
     logging.info("Saved checkpoint %s.", path)
 
@@ -106,8 +106,8 @@ class Trainer:
   def evaluate(self):
     metrics = self.evaluator.evaluate(self.dataset("dev", training=False),
                                       self.config.eval_steps)
-    record = {"global_step": int(self.step.global_step),
-              "update_step": int(self.step.update_step), **metrics}
+    record = {"global_step": self.step.micro_step,
+              "update_step": self.step.update_step, **metrics}
     run_dir.append_metrics(self.config.output_dir, record)
     with self._writer("eval").as_default(step=record["global_step"]):
       for key in ("loss", "accuracy", "sequence_accuracy"):
@@ -161,7 +161,7 @@ class Trainer:
 
   def _log(self, meter, done):
     loss, tokens_per_s, eta = meter.take()
-    update = int(self.step.update_step)
+    update = self.step.update_step
     rate = float(self.schedule(max(update - 1, 0)))
     with self._writer("train").as_default(step=done):
       tf.summary.scalar("loss", loss)
