@@ -6,7 +6,7 @@ setup(
     name="t2t_lite",
     version="0.1.0",
     description="T2T-style seq2seq Transformer training with exact MultistepAdam "
-                "gradient accumulation on TensorFlow 2 / Keras 3.",
+    "gradient accumulation on TensorFlow 2 / Keras 3.",
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["t2t_lite", "t2t_lite.*"]),
     install_requires=[

@@ -6,4 +6,4 @@ The CLIs catch UserError and print its message as one line, without a traceback
 
 
 class UserError(ValueError):
-  """A mistake in the user's input; str() is a one-line message naming that input."""
+    """A mistake in the user's input; str() is a one-line message naming that input."""

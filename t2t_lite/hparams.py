@@ -16,156 +16,158 @@ _FALSE = {"false", "0", "no"}
 
 
 class HParamsError(UserError):
-  """A user-facing error about hyperparameters; its message is one line."""
+    """A user-facing error about hyperparameters; its message is one line."""
 
 
 def _closest(name, candidates):
-  match = difflib.get_close_matches(name, list(candidates), n=1)
-  return f" Did you mean '{match[0]}'?" if match else ""
+    match = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" Did you mean '{match[0]}'?" if match else ""
 
 
 def coerce_value(key, value, kind):
-  """Converts `value` (a string or a Python value) to `kind`, or raises HParamsError."""
-  if isinstance(value, str):
-    text = value.strip()
-    if kind is bool:
-      if text.lower() in _TRUE:
-        return True
-      if text.lower() in _FALSE:
-        return False
-    elif kind is int:
-      try:
-        return int(text)
-      except ValueError:
-        pass
-    elif kind is float:
-      try:
-        return float(text)
-      except ValueError:
-        pass
-    elif kind is str:
-      return text
-    raise HParamsError(
-        f"hparam '{key}' expects type {kind.__name__}, got '{value}'.")
-  if kind is float and isinstance(value, int) and not isinstance(value, bool):
-    return float(value)
-  if type(value) is not kind:  # bool is an int subclass: compare exactly.
-    raise HParamsError(f"hparam '{key}' expects type {kind.__name__}, got "
-                       f"{value!r} ({type(value).__name__}).")
-  return value
+    """Converts `value` (a string or a Python value) to `kind`, or raises HParamsError."""
+    if isinstance(value, str):
+        text = value.strip()
+        if kind is bool:
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+        elif kind is int:
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        elif kind is float:
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        elif kind is str:
+            return text
+        raise HParamsError(
+            f"hparam '{key}' expects type {kind.__name__}, got '{value}'."
+        )
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not kind:  # bool is an int subclass: compare exactly.
+        raise HParamsError(
+            f"hparam '{key}' expects type {kind.__name__}, got "
+            f"{value!r} ({type(value).__name__})."
+        )
+    return value
 
 
 class HParams:
-  """Declared hyperparameters with attribute access.
+    """Declared hyperparameters with attribute access.
 
-  `declare()` is used only by the base set; everything else goes through `set()`,
-  `override()` or `parse()`, which refuse undeclared keys and wrong types.
-  """
+    `declare()` is used only by the base set; everything else goes through `set()`,
+    `override()` or `parse()`, which refuse undeclared keys and wrong types.
+    """
 
-  def __init__(self, **declared):
-    object.__setattr__(self, "_values", {})
-    object.__setattr__(self, "_types", {})
-    for key, value in declared.items():
-      self.declare(key, value)
+    def __init__(self, **declared):
+        object.__setattr__(self, "_values", {})
+        object.__setattr__(self, "_types", {})
+        for key, value in declared.items():
+            self.declare(key, value)
 
-  def declare(self, key, default):
-    if key in self._values:
-      raise HParamsError(f"hparam '{key}' is declared twice.")
-    if hasattr(type(self), key) or key.startswith("_"):
-      raise HParamsError(f"hparam name '{key}' is reserved by HParams.")
-    if type(default) not in (bool, int, float, str):
-      raise HParamsError(f"hparam '{key}' must be bool, int, float or str.")
-    self._values[key] = default
-    self._types[key] = type(default)
+    def declare(self, key, default):
+        if key in self._values:
+            raise HParamsError(f"hparam '{key}' is declared twice.")
+        if hasattr(type(self), key) or key.startswith("_"):
+            raise HParamsError(f"hparam name '{key}' is reserved by HParams.")
+        if type(default) not in (bool, int, float, str):
+            raise HParamsError(f"hparam '{key}' must be bool, int, float or str.")
+        self._values[key] = default
+        self._types[key] = type(default)
 
-  def __getattr__(self, key):
-    values = object.__getattribute__(self, "_values")
-    if key in values:
-      return values[key]
-    raise AttributeError(
-        f"Unknown hparam '{key}'.{_closest(key, values)}")
+    def __getattr__(self, key):
+        values = object.__getattribute__(self, "_values")
+        if key in values:
+            return values[key]
+        raise AttributeError(f"Unknown hparam '{key}'.{_closest(key, values)}")
 
-  def __setattr__(self, key, value):
-    self.set(key, value)
+    def __setattr__(self, key, value):
+        self.set(key, value)
 
-  def __contains__(self, key):
-    return key in self._values
+    def __contains__(self, key):
+        return key in self._values
 
-  def __eq__(self, other):
-    return isinstance(other, HParams) and self.values() == other.values()
+    def __eq__(self, other):
+        return isinstance(other, HParams) and self.values() == other.values()
 
-  def set(self, key, value):
-    if key not in self._values:
-      raise HParamsError(
-          f"Unknown hparam '{key}'.{_closest(key, self._values)}")
-    self._values[key] = coerce_value(key, value, self._types[key])
+    def set(self, key, value):
+        if key not in self._values:
+            raise HParamsError(f"Unknown hparam '{key}'.{_closest(key, self._values)}")
+        self._values[key] = coerce_value(key, value, self._types[key])
 
-  def override(self, **values):
-    for key, value in values.items():
-      self.set(key, value)
-    return self
+    def override(self, **values):
+        for key, value in values.items():
+            self.set(key, value)
+        return self
 
-  def parse(self, text):
-    """Applies overrides written as "a=1,b=0.5,c=true,d=name" and returns self."""
-    for key, value in parse_overrides(text).items():
-      self.set(key, value)
-    return self
+    def parse(self, text):
+        """Applies overrides written as "a=1,b=0.5,c=true,d=name" and returns self."""
+        for key, value in parse_overrides(text).items():
+            self.set(key, value)
+        return self
 
-  def copy(self):
-    other = HParams()
-    other._values.update(self._values)
-    other._types.update(self._types)
-    return other
+    def copy(self):
+        other = HParams()
+        other._values.update(self._values)
+        other._types.update(self._types)
+        return other
 
-  def values(self):
-    return dict(self._values)
+    def values(self):
+        return dict(self._values)
 
-  def to_json(self):
-    return json.dumps(self._values, indent=2, sort_keys=True)
+    def to_json(self):
+        return json.dumps(self._values, indent=2, sort_keys=True)
 
-  def diff(self, other):
-    """Keys whose values differ between self and other (union of keys)."""
-    mine, theirs = self.values(), other.values()
-    return sorted(k for k in set(mine) | set(theirs)
-                  if mine.get(k) != theirs.get(k))
+    def diff(self, other):
+        """Keys whose values differ between self and other (union of keys)."""
+        mine, theirs = self.values(), other.values()
+        return sorted(
+            k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)
+        )
 
-  @classmethod
-  def from_json(cls, text):
-    try:
-      values = json.loads(text)
-    except json.JSONDecodeError as e:
-      raise HParamsError(f"hparams JSON is malformed: {e}") from None
-    if not isinstance(values, dict):
-      raise HParamsError("hparams JSON must be an object of key: value.")
-    hp = cls()
-    for key, value in values.items():
-      hp.declare(key, value)
-    return hp
+    @classmethod
+    def from_json(cls, text):
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise HParamsError(f"hparams JSON is malformed: {e}") from None
+        if not isinstance(values, dict):
+            raise HParamsError("hparams JSON must be an object of key: value.")
+        hp = cls()
+        for key, value in values.items():
+            hp.declare(key, value)
+        return hp
 
-  def __repr__(self):
-    items = ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))
-    return f"HParams({items})"
+    def __repr__(self):
+        items = ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))
+        return f"HParams({items})"
 
 
 def parse_overrides(text):
-  """Splits "a=1,b=x" into {"a": "1", "b": "x"}; values stay strings.
+    """Splits "a=1,b=x" into {"a": "1", "b": "x"}; values stay strings.
 
-  Raises HParamsError naming the offending piece for empty keys, missing '=' or a key
-  given twice.
-  """
-  result = {}
-  if not text or not text.strip():
+    Raises HParamsError naming the offending piece for empty keys, missing '=' or a key
+    given twice.
+    """
+    result = {}
+    if not text or not text.strip():
+        return result
+    for piece in text.split(","):
+        if not piece.strip():
+            continue
+        key, sep, value = piece.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise HParamsError(
+                f"--hparams: expected 'name=value', got '{piece.strip()}' in '{text}'."
+            )
+        if key in result:
+            raise HParamsError(f"--hparams: '{key}' is given twice in '{text}'.")
+        result[key] = value
     return result
-  for piece in text.split(","):
-    if not piece.strip():
-      continue
-    key, sep, value = piece.partition("=")
-    key = key.strip()
-    if not sep or not key:
-      raise HParamsError(
-          f"--hparams: expected 'name=value', got '{piece.strip()}' "
-          f"in '{text}'.")
-    if key in result:
-      raise HParamsError(f"--hparams: '{key}' is given twice in '{text}'.")
-    result[key] = value
-  return result

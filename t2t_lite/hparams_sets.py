@@ -10,80 +10,93 @@ from t2t_lite.registry import HPARAMS_SETS
 
 @HPARAMS_SETS.register()
 def transformer_base():
-  """T2T's transformer_base (v2): pre-norm, 6+6 layers of 512, Adam 0.9/0.997."""
-  hp = HParams()
-  d = hp.declare
-  # --- Model ---
-  d("hidden_size", 512)                   # model width (embeddings, attention, residual)
-  d("filter_size", 2048)                  # width of the feed-forward hidden layer
-  d("num_hidden_layers", 6)               # layers in encoder and decoder, unless below
-  d("num_encoder_layers", 0)              # 0: use num_hidden_layers
-  d("num_decoder_layers", 0)              # 0: use num_hidden_layers
-  d("num_heads", 8)                       # attention heads; must divide hidden_size
-  d("layer_prepostprocess_dropout", 0.1)  # dropout on embeddings and sublayer outputs
-  d("attention_dropout", 0.1)             # dropout on attention weights
-  d("relu_dropout", 0.1)                  # dropout after the feed-forward relu
-  d("shared_embedding_and_softmax_weights", True)  # one matrix: src/tgt embedding + softmax
-  d("norm_epsilon", 1e-6)                 # layer norm epsilon
-  d("initializer_gain", 1.0)              # gain of the uniform unit-scaling initializer
-  d("label_smoothing", 0.1)               # probability mass spread over the vocabulary
-  # --- Data and batching ---
-  d("batch_size", 4096)                   # tokens per replica per micro-batch, padding included
-  d("max_length", 256)                    # longer examples are dropped; 0 means batch_size
-  d("min_length_bucket", 8)               # smallest length bucket boundary
-  d("length_bucket_step", 1.1)            # bucket boundaries grow by this factor
-  # --- Optimizer ---
-  d("optimizer", "adam")                  # adam, multistep_adam, sgd, momentum, adafactor
-  d("optimizer_adam_beta1", 0.9)          # Adam first-moment decay
-  d("optimizer_adam_beta2", 0.997)        # Adam second-moment decay
-  d("optimizer_adam_epsilon", 1e-9)       # Adam epsilon
-  d("optimizer_momentum_momentum", 0.9)   # momentum optimizer's momentum
-  d("optimizer_momentum_nesterov", False)  # use Nesterov momentum
-  d("optimizer_adafactor_decay_rate", 0.8)  # Adafactor second-moment decay exponent
-  d("optimizer_adafactor_clipping_threshold", 1.0)  # Adafactor update clipping
-  d("optimizer_multistep_accumulate_steps", 1)  # n micro-batches per update; 0/1: none
-  d("clip_grad_norm", 0.0)                # global-norm clipping per update; 0: off
-  d("weight_decay", 0.0)                  # L2 on weight matrices per update; 0: off
-  # --- Learning-rate schedule (evaluated in updates, not micro-steps) ---
-  d("learning_rate_schedule", "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size")
-  d("learning_rate_constant", 2.0)        # the `constant` factor
-  d("learning_rate_warmup_steps", 8000)   # warmup length, in updates
-  d("learning_rate_decay_steps", 5000)    # decay length for linear_decay/cosdecay/exp_decay
-  d("learning_rate_decay_rate", 1.0)      # exp_decay base
-  d("learning_rate_decay_staircase", False)  # exp_decay in whole decay_steps
-  return hp
+    """T2T's transformer_base (v2): pre-norm, 6+6 layers of 512, Adam 0.9/0.997."""
+    hp = HParams()
+    d = hp.declare
+    # --- Model ---
+    d("hidden_size", 512)  # model width (embeddings, attention, residual)
+    d("filter_size", 2048)  # width of the feed-forward hidden layer
+    d("num_hidden_layers", 6)  # layers in encoder and decoder, unless below
+    d("num_encoder_layers", 0)  # 0: use num_hidden_layers
+    d("num_decoder_layers", 0)  # 0: use num_hidden_layers
+    d("num_heads", 8)  # attention heads; must divide hidden_size
+    d("layer_prepostprocess_dropout", 0.1)  # dropout on embeddings and sublayer outputs
+    d("attention_dropout", 0.1)  # dropout on attention weights
+    d("relu_dropout", 0.1)  # dropout after the feed-forward relu
+    d(
+        "shared_embedding_and_softmax_weights", True
+    )  # one matrix: src/tgt embedding + softmax
+    d("norm_epsilon", 1e-6)  # layer norm epsilon
+    d("initializer_gain", 1.0)  # gain of the uniform unit-scaling initializer
+    d("label_smoothing", 0.1)  # probability mass spread over the vocabulary
+    # --- Data and batching ---
+    d("batch_size", 4096)  # tokens per replica per micro-batch, padding included
+    d("max_length", 256)  # longer examples are dropped; 0 means batch_size
+    d("min_length_bucket", 8)  # smallest length bucket boundary
+    d("length_bucket_step", 1.1)  # bucket boundaries grow by this factor
+    # --- Optimizer ---
+    d("optimizer", "adam")  # adam, multistep_adam, sgd, momentum, adafactor
+    d("optimizer_adam_beta1", 0.9)  # Adam first-moment decay
+    d("optimizer_adam_beta2", 0.997)  # Adam second-moment decay
+    d("optimizer_adam_epsilon", 1e-9)  # Adam epsilon
+    d("optimizer_momentum_momentum", 0.9)  # momentum optimizer's momentum
+    d("optimizer_momentum_nesterov", False)  # use Nesterov momentum
+    d("optimizer_adafactor_decay_rate", 0.8)  # Adafactor second-moment decay exponent
+    d("optimizer_adafactor_clipping_threshold", 1.0)  # Adafactor update clipping
+    d(
+        "optimizer_multistep_accumulate_steps", 1
+    )  # n micro-batches per update; 0/1: none
+    d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
+    d("weight_decay", 0.0)  # L2 on weight matrices per update; 0: off
+    # --- Learning-rate schedule (evaluated in updates, not micro-steps) ---
+    d("learning_rate_schedule", "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size")
+    d("learning_rate_constant", 2.0)  # the `constant` factor
+    d("learning_rate_warmup_steps", 8000)  # warmup length, in updates
+    d(
+        "learning_rate_decay_steps", 5000
+    )  # decay length for linear_decay/cosdecay/exp_decay
+    d("learning_rate_decay_rate", 1.0)  # exp_decay base
+    d("learning_rate_decay_staircase", False)  # exp_decay in whole decay_steps
+    return hp
 
 
 @HPARAMS_SETS.register()
 def transformer_base_single_gpu():
-  """T2T's single-GPU variant: 1024-token batches, slower warmup."""
-  return transformer_base().override(
-      batch_size=1024,
-      learning_rate_schedule="constant*linear_warmup*rsqrt_decay",
-      learning_rate_constant=0.1,
-      learning_rate_warmup_steps=16000)
+    """T2T's single-GPU variant: 1024-token batches, slower warmup."""
+    return transformer_base().override(
+        batch_size=1024,
+        learning_rate_schedule="constant*linear_warmup*rsqrt_decay",
+        learning_rate_constant=0.1,
+        learning_rate_warmup_steps=16000,
+    )
 
 
 @HPARAMS_SETS.register()
 def transformer_big():
-  """T2T's transformer_big: width 1024, 16 heads."""
-  return transformer_base().override(
-      hidden_size=1024, filter_size=4096, num_heads=16, batch_size=2048,
-      layer_prepostprocess_dropout=0.3)
+    """T2T's transformer_big: width 1024, 16 heads."""
+    return transformer_base().override(
+        hidden_size=1024,
+        filter_size=4096,
+        num_heads=16,
+        batch_size=2048,
+        layer_prepostprocess_dropout=0.3,
+    )
 
 
 @HPARAMS_SETS.register()
 def transformer_tiny():
-  """T2T's transformer_tiny: 2 layers of 128."""
-  return transformer_base().override(
-      num_hidden_layers=2, hidden_size=128, filter_size=512, num_heads=4)
+    """T2T's transformer_tiny: 2 layers of 128."""
+    return transformer_base().override(
+        num_hidden_layers=2, hidden_size=128, filter_size=512, num_heads=4
+    )
 
 
 @HPARAMS_SETS.register()
 def transformer_base_fake_gpu8():
-  """transformer_base trained as on 8 GPUs: MultistepAdam over 8 micro-batches."""
-  return transformer_base().override(
-      optimizer="multistep_adam", optimizer_multistep_accumulate_steps=8)
+    """transformer_base trained as on 8 GPUs: MultistepAdam over 8 micro-batches."""
+    return transformer_base().override(
+        optimizer="multistep_adam", optimizer_multistep_accumulate_steps=8
+    )
 
 
 # T2T later renamed the set; both names work.
@@ -92,20 +105,32 @@ HPARAMS_SETS.add("transformer_base_multistep8", transformer_base_fake_gpu8)
 
 @HPARAMS_SETS.register()
 def transformer_tiny_fake_gpu4():
-  """Quick-start set: transformer_tiny simulating 4 GPUs of 512 tokens on a CPU."""
-  return transformer_tiny().override(
-      batch_size=512, max_length=32,
-      optimizer="multistep_adam", optimizer_multistep_accumulate_steps=4,
-      learning_rate_schedule="constant*linear_warmup*rsqrt_decay",
-      learning_rate_constant=0.05, learning_rate_warmup_steps=100,
-      layer_prepostprocess_dropout=0.0, attention_dropout=0.0, relu_dropout=0.0)
+    """Quick-start set: transformer_tiny simulating 4 GPUs of 512 tokens on a CPU."""
+    return transformer_tiny().override(
+        batch_size=512,
+        max_length=32,
+        optimizer="multistep_adam",
+        optimizer_multistep_accumulate_steps=4,
+        learning_rate_schedule="constant*linear_warmup*rsqrt_decay",
+        learning_rate_constant=0.05,
+        learning_rate_warmup_steps=100,
+        layer_prepostprocess_dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+    )
 
 
 @HPARAMS_SETS.register()
 def transformer_test():
-  """A very small model for tests: seconds per run on a CPU."""
-  return transformer_base().override(
-      hidden_size=16, filter_size=32, num_hidden_layers=1, num_heads=2,
-      batch_size=256, max_length=32,
-      learning_rate_schedule="constant*linear_warmup",
-      learning_rate_constant=0.01, learning_rate_warmup_steps=10)
+    """A very small model for tests: seconds per run on a CPU."""
+    return transformer_base().override(
+        hidden_size=16,
+        filter_size=32,
+        num_hidden_layers=1,
+        num_heads=2,
+        batch_size=256,
+        max_length=32,
+        learning_rate_schedule="constant*linear_warmup",
+        learning_rate_constant=0.01,
+        learning_rate_warmup_steps=10,
+    )

@@ -7,6 +7,9 @@ from t2t_lite.registry import MODELS, PROBLEMS
 
 MODELS.add("transformer", Transformer)
 
-for _problem in (problems.AlgorithmicReverse, problems.AlgorithmicIdentity,
-                 problems.AlgorithmicAdditionDecimal):
-  PROBLEMS.add(_problem.name, _problem)
+for _problem in (
+    problems.AlgorithmicReverse,
+    problems.AlgorithmicIdentity,
+    problems.AlgorithmicAdditionDecimal,
+):
+    PROBLEMS.add(_problem.name, _problem)

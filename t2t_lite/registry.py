@@ -12,45 +12,48 @@ from t2t_lite.errors import UserError
 
 
 class RegistryError(UserError, KeyError):
-  """Unknown or duplicate name; str() is the one-line message."""
+    """Unknown or duplicate name; str() is the one-line message."""
 
-  def __str__(self):
-    return self.args[0]
+    def __str__(self):
+        return self.args[0]
 
 
 class Registry:
-  """A name → object mapping for one kind of thing ("model", "problem", ...)."""
+    """A name → object mapping for one kind of thing ("model", "problem", ...)."""
 
-  def __init__(self, kind):
-    self.kind = kind
-    self._entries = {}
+    def __init__(self, kind):
+        self.kind = kind
+        self._entries = {}
 
-  def register(self, name=None):
-    """Decorator: `@MODELS.register()` or `@MODELS.register("name")`."""
-    def decorator(obj):
-      self.add(name or obj.__name__, obj)
-      return obj
-    return decorator
+    def register(self, name=None):
+        """Decorator: `@MODELS.register()` or `@MODELS.register("name")`."""
 
-  def add(self, name, obj):
-    if name in self._entries:
-      raise RegistryError(f"{self.kind} '{name}' is registered twice.")
-    self._entries[name] = obj
+        def decorator(obj):
+            self.add(name or obj.__name__, obj)
+            return obj
 
-  def get(self, name):
-    if name in self._entries:
-      return self._entries[name]
-    suggestion = difflib.get_close_matches(name, self.names(), n=1)
-    hint = f" Did you mean '{suggestion[0]}'?" if suggestion else ""
-    raise RegistryError(
-        f"Unknown {self.kind} '{name}'.{hint} "
-        f"Registered: {', '.join(self.names()) or '(none)'}.")
+        return decorator
 
-  def names(self):
-    return sorted(self._entries)
+    def add(self, name, obj):
+        if name in self._entries:
+            raise RegistryError(f"{self.kind} '{name}' is registered twice.")
+        self._entries[name] = obj
 
-  def __contains__(self, name):
-    return name in self._entries
+    def get(self, name):
+        if name in self._entries:
+            return self._entries[name]
+        suggestion = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f" Did you mean '{suggestion[0]}'?" if suggestion else ""
+        raise RegistryError(
+            f"Unknown {self.kind} '{name}'.{hint} "
+            f"Registered: {', '.join(self.names()) or '(none)'}."
+        )
+
+    def names(self):
+        return sorted(self._entries)
+
+    def __contains__(self, name):
+        return name in self._entries
 
 
 MODELS = Registry("model")
@@ -61,9 +64,9 @@ ALL = (MODELS, HPARAMS_SETS, OPTIMIZERS, PROBLEMS)
 
 
 def help_text():
-  """What `t2t-trainer --registry_help` prints."""
-  lines = []
-  for registry in ALL:
-    lines.append(f"{registry.kind}s:")
-    lines.extend(f"  {name}" for name in registry.names())
-  return "\n".join(lines)
+    """What `t2t-trainer --registry_help` prints."""
+    lines = []
+    for registry in ALL:
+        lines.append(f"{registry.kind}s:")
+        lines.extend(f"  {name}" for name in registry.names())
+    return "\n".join(lines)

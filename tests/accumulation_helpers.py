@@ -14,70 +14,83 @@ VOCAB = 12
 
 
 def tiny_hparams(**overrides):
-  """transformer_test without dropout, with a schedule that depends on train_steps."""
-  hp = transformer_test().override(
-      layer_prepostprocess_dropout=0.0, attention_dropout=0.0, relu_dropout=0.0,
-      learning_rate_schedule="constant*linear_warmup*linear_decay",
-      learning_rate_constant=0.01, learning_rate_warmup_steps=2,
-      learning_rate_decay_steps=4, shared_embedding_and_softmax_weights=False)
-  return hp.override(**overrides)
+    """transformer_test without dropout, with a schedule that depends on train_steps."""
+    hp = transformer_test().override(
+        layer_prepostprocess_dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+        learning_rate_schedule="constant*linear_warmup*linear_decay",
+        learning_rate_constant=0.01,
+        learning_rate_warmup_steps=2,
+        learning_rate_decay_steps=4,
+        shared_embedding_and_softmax_weights=False,
+    )
+    return hp.override(**overrides)
 
 
 def random_batch(rng, batch, src_len, tgt_len):
-  """Ids in [2, VOCAB) with random lengths ≤ the given ones, EOS-terminated, 0-padded."""
-  def side(length):
-    ids = np.zeros([batch, length], np.int32)
-    for row in range(batch):
-      n = rng.integers(1, length + 1)
-      ids[row, :n - 1] = rng.integers(2, VOCAB, n - 1)
-      ids[row, n - 1] = 1
-    return ids
-  return {"inputs": side(src_len), "targets": side(tgt_len)}
+    """Ids in [2, VOCAB) with random lengths ≤ the given ones, EOS-terminated, 0-padded."""
+
+    def side(length):
+        ids = np.zeros([batch, length], np.int32)
+        for row in range(batch):
+            n = rng.integers(1, length + 1)
+            ids[row, : n - 1] = rng.integers(2, VOCAB, n - 1)
+            ids[row, n - 1] = 1
+        return ids
+
+    return {"inputs": side(src_len), "targets": side(tgt_len)}
 
 
 def uneven_micro_batches(count, seed=0):
-  """`count` micro-batches whose shapes and non-pad token counts all differ."""
-  rng = np.random.default_rng(seed)
-  return [random_batch(rng, 2 + i % 3, 3 + 2 * i, 2 + 3 * i) for i in range(count)]
+    """`count` micro-batches whose shapes and non-pad token counts all differ."""
+    rng = np.random.default_rng(seed)
+    return [random_batch(rng, 2 + i % 3, 3 + 2 * i, 2 + 3 * i) for i in range(count)]
 
 
 def concatenate(batches):
-  """One batch holding all rows of `batches`, padded to the longest."""
-  out = {}
-  for key in ("inputs", "targets"):
-    length = max(b[key].shape[1] for b in batches)
-    out[key] = np.concatenate(
-        [np.pad(b[key], [[0, 0], [0, length - b[key].shape[1]]]) for b in batches])
-  return out
+    """One batch holding all rows of `batches`, padded to the longest."""
+    out = {}
+    for key in ("inputs", "targets"):
+        length = max(b[key].shape[1] for b in batches)
+        out[key] = np.concatenate(
+            [np.pad(b[key], [[0, 0], [0, length - b[key].shape[1]]]) for b in batches]
+        )
+    return out
 
 
 def build(hp, train_steps, initial_weights=None):
-  """(model, TrainStep) for hp; weights copied from initial_weights if given."""
-  model = Transformer.from_hparams(hp, VOCAB)
-  model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
-  if initial_weights is not None:
-    model.set_weights(initial_weights)
-  optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, train_steps))
-  step = TrainStep(model, optimizer, accumulate_steps=accumulate_steps(hp),
-                   label_smoothing=hp.label_smoothing,
-                   clip_grad_norm=hp.clip_grad_norm, weight_decay=hp.weight_decay)
-  return model, step
+    """(model, TrainStep) for hp; weights copied from initial_weights if given."""
+    model = Transformer.from_hparams(hp, VOCAB)
+    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
+    if initial_weights is not None:
+        model.set_weights(initial_weights)
+    optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, train_steps))
+    step = TrainStep(
+        model,
+        optimizer,
+        accumulate_steps=accumulate_steps(hp),
+        label_smoothing=hp.label_smoothing,
+        clip_grad_norm=hp.clip_grad_norm,
+        weight_decay=hp.weight_decay,
+    )
+    return model, step
 
 
 def run(step, batches, start=0):
-  """Feeds batches as micro-steps start, start+1, ... and returns the step."""
-  for i, batch in enumerate(batches):
-    step({k: tf.constant(v) for k, v in batch.items()}, start + i)
-  return step
+    """Feeds batches as micro-steps start, start+1, ... and returns the step."""
+    for i, batch in enumerate(batches):
+        step({k: tf.constant(v) for k, v in batch.items()}, start + i)
+    return step
 
 
 def tolerance_ratio(model_a, model_b, rtol=1e-5, atol=1e-7):
-  """max |a-b| / (rtol·|b| + atol) over all weights; < 1 means "equal".
+    """max |a-b| / (rtol·|b| + atol) over all weights; < 1 means "equal".
 
-  rtol is the issue's 1e-5; atol is about one float32 ulp at magnitude 1, so weights
-  that sit near zero are not judged by a relative error of pure rounding noise.
-  """
-  worst = 0.0
-  for a, b in zip(model_a.get_weights(), model_b.get_weights()):
-    worst = max(worst, float(np.max(np.abs(a - b) / (rtol * np.abs(b) + atol))))
-  return worst
+    rtol is the issue's 1e-5; atol is about one float32 ulp at magnitude 1, so weights
+    that sit near zero are not judged by a relative error of pure rounding noise.
+    """
+    worst = 0.0
+    for a, b in zip(model_a.get_weights(), model_b.get_weights()):
+        worst = max(worst, float(np.max(np.abs(a - b) / (rtol * np.abs(b) + atol))))
+    return worst

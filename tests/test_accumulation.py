@@ -9,104 +9,121 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from accumulation_helpers import (build, concatenate, run, tiny_hparams,
-                                  tolerance_ratio, uneven_micro_batches)
+from accumulation_helpers import (
+    build,
+    concatenate,
+    run,
+    tiny_hparams,
+    tolerance_ratio,
+    uneven_micro_batches,
+)
 from t2t_lite.models.transformer import token_loss
 
 UPDATES = 3
 
 
 def _start_weights():
-  return build(tiny_hparams(), UPDATES)[0].get_weights()
+    return build(tiny_hparams(), UPDATES)[0].get_weights()
 
 
 def _train_accumulated(n, start, **overrides):
-  hp = tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides)
-  model, step = build(hp, train_steps=n * UPDATES, initial_weights=start)
-  run(step, uneven_micro_batches(n * UPDATES))
-  assert step.update_step == UPDATES
-  assert step.micro_step == n * UPDATES
-  return model
+    hp = tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides)
+    model, step = build(hp, train_steps=n * UPDATES, initial_weights=start)
+    run(step, uneven_micro_batches(n * UPDATES))
+    assert step.update_step == UPDATES
+    assert step.micro_step == n * UPDATES
+    return model
 
 
 def _train_big_batch(n, start, **overrides):
-  """One update per concatenation of the same n micro-batches, n=1."""
-  micro = uneven_micro_batches(n * UPDATES)
-  hp = tiny_hparams(optimizer_multistep_accumulate_steps=1, **overrides)
-  model, step = build(hp, train_steps=UPDATES, initial_weights=start)
-  run(step, [concatenate(micro[u * n:(u + 1) * n]) for u in range(UPDATES)])
-  assert step.update_step == UPDATES
-  return model
+    """One update per concatenation of the same n micro-batches, n=1."""
+    micro = uneven_micro_batches(n * UPDATES)
+    hp = tiny_hparams(optimizer_multistep_accumulate_steps=1, **overrides)
+    model, step = build(hp, train_steps=UPDATES, initial_weights=start)
+    run(step, [concatenate(micro[u * n : (u + 1) * n]) for u in range(UPDATES)])
+    assert step.update_step == UPDATES
+    return model
 
 
 def _train_mean_of_means(n, start):
-  """What T2T, Keras 3 and older HF do: average the micro-batches' mean losses."""
-  hp = tiny_hparams()
-  model, step = build(hp, train_steps=UPDATES, initial_weights=start)
-  micro = uneven_micro_batches(n * UPDATES)
-  variables = model.trainable_variables
-  for u in range(UPDATES):
-    total = [tf.zeros_like(v) for v in variables]
-    for batch in micro[u * n:(u + 1) * n]:
-      batch = {k: tf.constant(v) for k, v in batch.items()}
-      with tf.GradientTape() as tape:
-        loss_sum, tokens = token_loss(model(batch, training=True), batch["targets"],
-                                      hp.label_smoothing)
-        mean_loss = loss_sum / tokens
-      grads = tape.gradient(mean_loss, variables)
-      total = [t + tf.convert_to_tensor(g) / n for t, g in zip(total, grads)]
-    step.optimizer.apply(total, variables)
-  return model
+    """What T2T, Keras 3 and older HF do: average the micro-batches' mean losses."""
+    hp = tiny_hparams()
+    model, step = build(hp, train_steps=UPDATES, initial_weights=start)
+    micro = uneven_micro_batches(n * UPDATES)
+    variables = model.trainable_variables
+    for u in range(UPDATES):
+        total = [tf.zeros_like(v) for v in variables]
+        for batch in micro[u * n : (u + 1) * n]:
+            batch = {k: tf.constant(v) for k, v in batch.items()}
+            with tf.GradientTape() as tape:
+                loss_sum, tokens = token_loss(
+                    model(batch, training=True), batch["targets"], hp.label_smoothing
+                )
+                mean_loss = loss_sum / tokens
+            grads = tape.gradient(mean_loss, variables)
+            total = [t + tf.convert_to_tensor(g) / n for t, g in zip(total, grads)]
+        step.optimizer.apply(total, variables)
+    return model
 
 
 def _as_model(weights):
-  model, _ = build(tiny_hparams(), UPDATES, initial_weights=weights)
-  return model
+    model, _ = build(tiny_hparams(), UPDATES, initial_weights=weights)
+    return model
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "momentum"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_accumulation_equals_big_batch(n, optimizer):
-  start = _start_weights()
-  accumulated = _train_accumulated(n, start, optimizer=optimizer)
-  big = _train_big_batch(n, start, optimizer=optimizer)
-  assert tolerance_ratio(accumulated, _as_model(start)) > 100  # it did train
-  assert tolerance_ratio(accumulated, big) < 1
+    start = _start_weights()
+    accumulated = _train_accumulated(n, start, optimizer=optimizer)
+    big = _train_big_batch(n, start, optimizer=optimizer)
+    assert tolerance_ratio(accumulated, _as_model(start)) > 100  # it did train
+    assert tolerance_ratio(accumulated, big) < 1
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "multistep_adam", "adafactor"])
+def test_every_registered_optimizer_accumulates_exactly(optimizer):
+    start = _start_weights()
+    accumulated = _train_accumulated(2, start, optimizer=optimizer)
+    big = _train_big_batch(2, start, optimizer=optimizer)
+    assert tolerance_ratio(accumulated, _as_model(start)) > 100  # it did train
+    assert tolerance_ratio(accumulated, big) < 1
 
 
 def test_accumulation_with_clipping_and_weight_decay():
-  start = _start_weights()
-  overrides = dict(optimizer="multistep_adam", clip_grad_norm=0.05, weight_decay=0.1)
-  accumulated = _train_accumulated(4, start, **overrides)
-  big = _train_big_batch(4, start, **overrides)
-  assert tolerance_ratio(accumulated, big) < 1
-  # Both knobs matter here: without them the result differs.
-  plain = _train_big_batch(4, start, optimizer="multistep_adam")
-  assert tolerance_ratio(plain, big) > 10
+    start = _start_weights()
+    overrides = dict(optimizer="multistep_adam", clip_grad_norm=0.05, weight_decay=0.1)
+    accumulated = _train_accumulated(4, start, **overrides)
+    big = _train_big_batch(4, start, **overrides)
+    assert tolerance_ratio(accumulated, big) < 1
+    # Both knobs matter here: without them the result differs.
+    plain = _train_big_batch(4, start, optimizer="multistep_adam")
+    assert tolerance_ratio(plain, big) > 10
 
 
 def test_clipping_threshold_is_below_the_gradient_norm():
-  """Guards the test above: 0.05 must actually clip these gradients."""
-  hp = tiny_hparams()
-  model = _as_model(_start_weights())
-  batch = {k: tf.constant(v)
-           for k, v in concatenate(uneven_micro_batches(4)).items()}
-  with tf.GradientTape() as tape:
-    loss_sum, tokens = token_loss(model(batch), batch["targets"], hp.label_smoothing)
-    mean_loss = loss_sum / tokens
-  grads = tape.gradient(mean_loss, model.trainable_variables)
-  assert float(tf.linalg.global_norm(grads)) > 0.05
+    """Guards the test above: 0.05 must actually clip these gradients."""
+    hp = tiny_hparams()
+    model = _as_model(_start_weights())
+    batch = {k: tf.constant(v) for k, v in concatenate(uneven_micro_batches(4)).items()}
+    with tf.GradientTape() as tape:
+        loss_sum, tokens = token_loss(
+            model(batch), batch["targets"], hp.label_smoothing
+        )
+        mean_loss = loss_sum / tokens
+    grads = tape.gradient(mean_loss, model.trainable_variables)
+    assert float(tf.linalg.global_norm(grads)) > 0.05
 
 
 def test_mean_of_micro_batch_means_misses_the_tolerance():
-  """The equivalence check can catch the normalization bug peers have."""
-  n = 4
-  start = _start_weights()
-  big = _train_big_batch(n, start)
-  assert tolerance_ratio(_train_accumulated(n, start), big) < 1
-  assert tolerance_ratio(_train_mean_of_means(n, start), big) > 10
+    """The equivalence check can catch the normalization bug peers have."""
+    n = 4
+    start = _start_weights()
+    big = _train_big_batch(n, start)
+    assert tolerance_ratio(_train_accumulated(n, start), big) < 1
+    assert tolerance_ratio(_train_mean_of_means(n, start), big) > 10
 
 
 def test_micro_batches_really_hold_different_token_counts():
-  counts = {int(np.count_nonzero(b["targets"])) for b in uneven_micro_batches(4)}
-  assert len(counts) == 4
+    counts = {int(np.count_nonzero(b["targets"])) for b in uneven_micro_batches(4)}
+    assert len(counts) == 4

@@ -7,97 +7,130 @@ import sys
 
 import pytest
 
-COMMON = ["--problem=algorithmic_reverse", "--model=transformer",
-          "--hparams_set=transformer_test", "--save_checkpoints_steps=4",
-          "--local_eval_frequency=4", "--eval_steps=2", "--log_steps=2"]
+COMMON = [
+    "--problem=algorithmic_reverse",
+    "--model=transformer",
+    "--hparams_set=transformer_test",
+    "--save_checkpoints_steps=4",
+    "--local_eval_frequency=4",
+    "--eval_steps=2",
+    "--log_steps=2",
+]
 
 
 def _trainer(*args):
-  result = subprocess.run(
-      [sys.executable, "-m", "t2t_lite.bin.trainer", *args],
-      capture_output=True, text=True, timeout=300)
-  return result
+    result = subprocess.run(
+        [sys.executable, "-m", "t2t_lite.bin.trainer", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return result
 
 
 def _checkpoint_files(output_dir):
-  return sorted(f for f in os.listdir(output_dir) if f.startswith("model-"))
+    return sorted(f for f in os.listdir(output_dir) if f.startswith("model-"))
 
 
 @pytest.fixture(scope="module")
 def trained_dir(tmp_path_factory):
-  """A run of 8 micro-steps with n=2, then resumed to 12."""
-  out = str(tmp_path_factory.mktemp("run"))
-  flags = [*COMMON, f"--output_dir={out}",
-           "--hparams=optimizer_multistep_accumulate_steps=2"]
-  first = _trainer(*flags, "--train_steps=8")
-  assert first.returncode == 0, first.stderr[-3000:]
-  second = _trainer(*flags, "--train_steps=12")
-  assert second.returncode == 0, second.stderr[-3000:]
-  return out, first, second
+    """A run of 8 micro-steps with n=2, then resumed to 12."""
+    out = str(tmp_path_factory.mktemp("run"))
+    flags = [
+        *COMMON,
+        f"--output_dir={out}",
+        "--hparams=optimizer_multistep_accumulate_steps=2",
+    ]
+    first = _trainer(*flags, "--train_steps=8")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _trainer(*flags, "--train_steps=12")
+    assert second.returncode == 0, second.stderr[-3000:]
+    return out, first, second
 
 
 def test_trains_writes_and_resumes(trained_dir):
-  out, first, second = trained_dir
-  assert "× 2 accumulation steps" in first.stderr
-  assert "Final eval at step 8 (update 4)" in first.stdout
-  assert "Resumed from" in second.stderr
-  assert "Final eval at step 12 (update 6)" in second.stdout
-  assert "model-4.index" in _checkpoint_files(out)
-  assert "model-12.index" in _checkpoint_files(out)
-  with open(os.path.join(out, "hparams.json")) as f:
-    assert json.load(f)["optimizer_multistep_accumulate_steps"] == 2
-  with open(os.path.join(out, "metrics.jsonl")) as f:
-    records = [json.loads(line) for line in f]
-  assert [r["global_step"] for r in records] == [4, 8, 12]
-  assert [r["update_step"] for r in records] == [2, 4, 6]
-  for record in records:
-    assert {"loss", "accuracy", "sequence_accuracy"} <= set(record)
-    assert 0.0 <= record["accuracy"] <= 1.0
-  assert os.listdir(os.path.join(out, "train"))  # TensorBoard events
-  assert os.listdir(os.path.join(out, "eval"))
+    out, first, second = trained_dir
+    assert "× 2 accumulation steps" in first.stderr
+    assert "Final eval at step 8 (update 4)" in first.stdout
+    assert "Resumed from" in second.stderr
+    assert "Final eval at step 12 (update 6)" in second.stdout
+    assert "model-4.index" in _checkpoint_files(out)
+    assert "model-12.index" in _checkpoint_files(out)
+    with open(os.path.join(out, "hparams.json")) as f:
+        assert json.load(f)["optimizer_multistep_accumulate_steps"] == 2
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    assert [r["global_step"] for r in records] == [4, 8, 12]
+    assert [r["update_step"] for r in records] == [2, 4, 6]
+    for record in records:
+        assert {"loss", "accuracy", "sequence_accuracy"} <= set(record)
+        assert 0.0 <= record["accuracy"] <= 1.0
+    assert os.listdir(os.path.join(out, "train"))  # TensorBoard events
+    assert os.listdir(os.path.join(out, "eval"))
 
 
 def _assert_clean_error(result, *words):
-  assert result.returncode != 0
-  assert "Traceback" not in result.stderr
-  message = [line for line in result.stderr.splitlines()
-             if line.startswith("t2t-trainer: error:")]
-  assert len(message) == 1, result.stderr[-2000:]
-  for word in words:
-    assert word in message[0]
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    message = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("t2t-trainer: error:")
+    ]
+    assert len(message) == 1, result.stderr[-2000:]
+    for word in words:
+        assert word in message[0]
 
 
 def test_refuses_a_run_with_other_hparams_and_keeps_its_checkpoints(trained_dir):
-  out = trained_dir[0]
-  before = _checkpoint_files(out)
-  result = _trainer(*COMMON, f"--output_dir={out}", "--train_steps=16",
-                    "--hparams=optimizer_multistep_accumulate_steps=4")
-  _assert_clean_error(result, "optimizer_multistep_accumulate_steps", out)
-  assert _checkpoint_files(out) == before
+    out = trained_dir[0]
+    before = _checkpoint_files(out)
+    result = _trainer(
+        *COMMON,
+        f"--output_dir={out}",
+        "--train_steps=16",
+        "--hparams=optimizer_multistep_accumulate_steps=4",
+    )
+    _assert_clean_error(result, "optimizer_multistep_accumulate_steps", out)
+    assert _checkpoint_files(out) == before
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--hparams=hidden_sise=8"], ["hidden_sise", "hidden_size"]),
-    (["--hparams=hidden_size=big"], ["hidden_size", "int"]),
-    (["--hparams=hidden_size"], ["name=value"]),
-    (["--hparams=optimizer_multistep_accumulate_steps=-2"],
-     ["optimizer_multistep_accumulate_steps"]),
-    (["--hparams=learning_rate_schedule=constant*warmup"], ["warmup"]),
-    (["--hparams=optimizer=adamw"], ["adamw", "adam"]),
-    (["--hparams_set=transformer_bse"], ["transformer_bse", "transformer_base"]),
-    (["--problem=algorithmic_revers"], ["algorithmic_revers", "algorithmic_reverse"]),
-    (["--model=transfomer"], ["transfomer", "transformer"]),
-    (["--train_steps=0"], ["--train_steps"]),
-])
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--hparams=hidden_sise=8"], ["hidden_sise", "hidden_size"]),
+        (["--hparams=hidden_size=big"], ["hidden_size", "int"]),
+        (["--hparams=hidden_size"], ["name=value"]),
+        (
+            ["--hparams=optimizer_multistep_accumulate_steps=-2"],
+            ["optimizer_multistep_accumulate_steps"],
+        ),
+        (["--hparams=learning_rate_schedule=constant*warmup"], ["warmup"]),
+        (["--hparams=optimizer=adamw"], ["adamw", "adam"]),
+        (["--hparams_set=transformer_bse"], ["transformer_bse", "transformer_base"]),
+        (
+            ["--problem=algorithmic_revers"],
+            ["algorithmic_revers", "algorithmic_reverse"],
+        ),
+        (["--model=transfomer"], ["transfomer", "transformer"]),
+        (["--train_steps=0"], ["--train_steps"]),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, flags, words):
-  base = [*COMMON, f"--output_dir={tmp_path / 'out'}", "--train_steps=2"]
-  _assert_clean_error(_trainer(*base, *flags), *words)
+    base = [*COMMON, f"--output_dir={tmp_path / 'out'}", "--train_steps=2"]
+    _assert_clean_error(_trainer(*base, *flags), *words)
 
 
 def test_registry_help_lists_every_kind():
-  result = _trainer("--registry_help")
-  assert result.returncode == 0
-  for name in ("transformer", "algorithmic_reverse", "algorithmic_addition_decimal",
-               "transformer_base_fake_gpu8", "transformer_base_multistep8",
-               "multistep_adam", "adafactor"):
-    assert name in result.stdout
+    result = _trainer("--registry_help")
+    assert result.returncode == 0
+    for name in (
+        "transformer",
+        "algorithmic_reverse",
+        "algorithmic_addition_decimal",
+        "transformer_base_fake_gpu8",
+        "transformer_base_multistep8",
+        "multistep_adam",
+        "adafactor",
+    ):
+        assert name in result.stdout

@@ -22,10 +22,12 @@ def random_examples(num, max_len, seed=0):
 
 
 def to_dataset(examples):
-    return tf.data.Dataset.from_tensor_slices({
-        "inputs": tf.ragged.constant([e[0] for e in examples], dtype=tf.int32),
-        "targets": tf.ragged.constant([e[1] for e in examples], dtype=tf.int32),
-    }).map(lambda ex: {k: tf.identity(v) for k, v in ex.items()})
+    return tf.data.Dataset.from_tensor_slices(
+        {
+            "inputs": tf.ragged.constant([e[0] for e in examples], dtype=tf.int32),
+            "targets": tf.ragged.constant([e[1] for e in examples], dtype=tf.int32),
+        }
+    ).map(lambda ex: {k: tf.identity(v) for k, v in ex.items()})
 
 
 def unpad(row):
@@ -48,13 +50,35 @@ def collect(dataset):
 
 def test_bucket_boundaries_t2t_values():
     boundaries = pipeline.bucket_boundaries(256, 8, 1.1)
-    assert boundaries[:19] == [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
-                               22, 24, 26, 28, 30, 33]
+    assert boundaries[:19] == [
+        8,
+        9,
+        10,
+        11,
+        12,
+        13,
+        14,
+        15,
+        16,
+        17,
+        18,
+        19,
+        20,
+        22,
+        24,
+        26,
+        28,
+        30,
+        33,
+    ]
     assert boundaries[0] == 8
     assert all(a < b for a, b in zip(boundaries, boundaries[1:]))
     assert boundaries[-1] < 256 and int(boundaries[-1] * 1.1) >= 256
     assert pipeline.bucket_boundaries(8) == []
-    assert pipeline.bucket_boundaries(12, min_length=4, length_bucket_step=2.0) == [4, 8]
+    assert pipeline.bucket_boundaries(12, min_length=4, length_bucket_step=2.0) == [
+        4,
+        8,
+    ]
 
 
 def test_bucket_boundaries_rejects_bad_step():
@@ -76,8 +100,13 @@ def test_full_pass_respects_budget_and_loses_nothing(training):
     assert 0 < dropped < len(examples) // 2  # The test data exercises the filter.
 
     dataset = pipeline.make_dataset(
-        to_dataset(examples), batch_size=batch_size, max_length=max_length,
-        training=training, seed=5, repeat=1 if training else None)
+        to_dataset(examples),
+        batch_size=batch_size,
+        max_length=max_length,
+        training=training,
+        seed=5,
+        repeat=1 if training else None,
+    )
     batches, seen = collect(dataset)
     assert seen == collections.Counter(kept)
     assert sum(seen.values()) == len(examples) - dropped
@@ -96,11 +125,21 @@ def test_full_pass_respects_budget_and_loses_nothing(training):
 
 def test_eval_is_deterministic_and_seeded_training_is_reproducible():
     examples = random_examples(300, 20, seed=1)
+
     def run(training, seed):
-        ds = pipeline.make_dataset(to_dataset(examples), batch_size=48, max_length=20,
-                                   training=training, seed=seed, repeat=1)
-        return [(b["inputs"].tolist(), b["targets"].tolist())
-                for b in ds.as_numpy_iterator()]
+        ds = pipeline.make_dataset(
+            to_dataset(examples),
+            batch_size=48,
+            max_length=20,
+            training=training,
+            seed=seed,
+            repeat=1,
+        )
+        return [
+            (b["inputs"].tolist(), b["targets"].tolist())
+            for b in ds.as_numpy_iterator()
+        ]
+
     assert run(False, None) == run(False, None)
     assert run(True, 11) == run(True, 11)
     assert run(True, 11) != run(False, None)  # Training shuffles.
@@ -108,10 +147,16 @@ def test_eval_is_deterministic_and_seeded_training_is_reproducible():
 
 def test_training_repeats_forever_by_default():
     examples = random_examples(50, 10, seed=2)
-    one_pass = len(list(pipeline.make_dataset(
-        to_dataset(examples), batch_size=32, max_length=10, training=False)))
-    dataset = pipeline.make_dataset(to_dataset(examples), batch_size=32,
-                                    max_length=10, training=True, seed=0)
+    one_pass = len(
+        list(
+            pipeline.make_dataset(
+                to_dataset(examples), batch_size=32, max_length=10, training=False
+            )
+        )
+    )
+    dataset = pipeline.make_dataset(
+        to_dataset(examples), batch_size=32, max_length=10, training=True, seed=0
+    )
     assert len(list(dataset.take(3 * one_pass))) == 3 * one_pass
 
 
@@ -119,16 +164,22 @@ def test_max_length_zero_means_batch_size():
     examples = random_examples(200, 40, seed=3)
     kept = [e for e in examples if max(map(len, e)) <= 32]
     assert len(kept) < len(examples)
-    _, seen = collect(pipeline.make_dataset(
-        to_dataset(examples), batch_size=32, max_length=0, training=False))
+    _, seen = collect(
+        pipeline.make_dataset(
+            to_dataset(examples), batch_size=32, max_length=0, training=False
+        )
+    )
     assert seen == collections.Counter(kept)
 
 
 def test_sequence_longer_than_batch_size_gets_a_batch_of_one():
     # Documented exception to the budget: only possible when max_length > batch_size.
     examples = [((2,) * 14 + (1,), (3, 1)), ((2, 1), (3, 1))]
-    batches, seen = collect(pipeline.make_dataset(
-        to_dataset(examples), batch_size=8, max_length=20, training=False))
+    batches, seen = collect(
+        pipeline.make_dataset(
+            to_dataset(examples), batch_size=8, max_length=20, training=False
+        )
+    )
     assert seen == collections.Counter(examples)
     assert sorted(b["inputs"].shape for b in batches) == [(1, 2), (1, 15)]
 
@@ -141,23 +192,31 @@ def test_batches_trace_a_tf_function_once():
         traces.append(1)
         return tf.reduce_sum(inputs) + tf.reduce_sum(targets)
 
-    dataset = pipeline.make_dataset(to_dataset(random_examples(200, 30, seed=4)),
-                                    batch_size=64, max_length=30, training=False)
+    dataset = pipeline.make_dataset(
+        to_dataset(random_examples(200, 30, seed=4)),
+        batch_size=64,
+        max_length=30,
+        training=False,
+    )
     assert dataset.element_spec["inputs"].shape.as_list() == [None, None]
     for batch in dataset:
         step(batch["inputs"], batch["targets"])
     assert len(traces) == 1
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"batch_size": 0, "max_length": 10}, "batch_size"),
-    ({"batch_size": 16, "max_length": -1}, "max_length"),
-    ({"batch_size": 16, "max_length": 10, "repeat": 0}, "repeat"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"batch_size": 0, "max_length": 10}, "batch_size"),
+        ({"batch_size": 16, "max_length": -1}, "max_length"),
+        ({"batch_size": 16, "max_length": 10, "repeat": 0}, "repeat"),
+    ],
+)
 def test_bad_arguments_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        pipeline.make_dataset(to_dataset(random_examples(5, 5)), training=False,
-                              **kwargs)
+        pipeline.make_dataset(
+            to_dataset(random_examples(5, 5)), training=False, **kwargs
+        )
 
 
 def test_dataset_without_targets_is_a_clear_error():

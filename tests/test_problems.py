@@ -8,8 +8,11 @@ import tensorflow as tf
 
 from t2t_lite.data import problems
 
-ALL_PROBLEMS = (problems.AlgorithmicReverse, problems.AlgorithmicIdentity,
-                problems.AlgorithmicAdditionDecimal)
+ALL_PROBLEMS = (
+    problems.AlgorithmicReverse,
+    problems.AlgorithmicIdentity,
+    problems.AlgorithmicAdditionDecimal,
+)
 
 
 def small(cls, **kwargs):
@@ -85,8 +88,10 @@ def test_dataset_matches_generate(cls):
     dataset = problem.dataset("dev")
     for key in ("inputs", "targets"):
         assert dataset.element_spec[key] == tf.TensorSpec([None], tf.int32)
-    got = [(ex["inputs"].tolist(), ex["targets"].tolist())
-           for ex in dataset.as_numpy_iterator()]
+    got = [
+        (ex["inputs"].tolist(), ex["targets"].tolist())
+        for ex in dataset.as_numpy_iterator()
+    ]
     assert got == problem.generate("dev")
 
 
@@ -99,8 +104,10 @@ def test_base_class_dataset_goes_through_generate():
             problems.check_split(split)
             return [([2, 3, 1], [4, 1]), ([4, 1], [2, 2, 3, 1])]
 
-    got = [(ex["inputs"].tolist(), ex["targets"].tolist())
-           for ex in Tiny().dataset("train").as_numpy_iterator()]
+    got = [
+        (ex["inputs"].tolist(), ex["targets"].tolist())
+        for ex in Tiny().dataset("train").as_numpy_iterator()
+    ]
     assert got == Tiny().generate("train")
 
 
@@ -120,9 +127,17 @@ def test_bad_split_names_the_split(cls):
             call("test")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"num_symbols": 0}, {"min_length": 0}, {"min_length": 5, "max_length": 4},
-    {"train_size": -1}, {"seed": -3}, {"num_symbols": 2.5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"num_symbols": 0},
+        {"min_length": 0},
+        {"min_length": 5, "max_length": 4},
+        {"train_size": -1},
+        {"seed": -3},
+        {"num_symbols": 2.5},
+    ],
+)
 def test_bad_constructor_arguments(kwargs):
     name = next(iter(kwargs))
     with pytest.raises(ValueError, match=name):

@@ -17,11 +17,19 @@ HIDDEN = 16
 
 def _hparams(**overrides):
     values = dict(
-        hidden_size=HIDDEN, filter_size=32, num_hidden_layers=2,
-        num_encoder_layers=0, num_decoder_layers=0, num_heads=2,
-        layer_prepostprocess_dropout=0.0, attention_dropout=0.0, relu_dropout=0.0,
-        shared_embedding_and_softmax_weights=True, norm_epsilon=1e-6,
-        initializer_gain=1.0)
+        hidden_size=HIDDEN,
+        filter_size=32,
+        num_hidden_layers=2,
+        num_encoder_layers=0,
+        num_decoder_layers=0,
+        num_heads=2,
+        layer_prepostprocess_dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+        shared_embedding_and_softmax_weights=True,
+        norm_epsilon=1e-6,
+        initializer_gain=1.0,
+    )
     values.update(overrides)
     return types.SimpleNamespace(**values)
 
@@ -32,12 +40,15 @@ def _model(seed=0, **overrides):
 
 
 def _features(inputs, targets):
-    return {"inputs": tf.constant(inputs, tf.int32),
-            "targets": tf.constant(targets, tf.int32)}
+    return {
+        "inputs": tf.constant(inputs, tf.int32),
+        "targets": tf.constant(targets, tf.int32),
+    }
 
 
-FEATURES = _features([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0]],
-                     [[4, 3, 1, 0], [10, 11, 12, 1]])
+FEATURES = _features(
+    [[5, 6, 7, 1, 0], [8, 9, 1, 0, 0]], [[4, 3, 1, 0], [10, 11, 12, 1]]
+)
 
 
 def test_output_shape_and_dtype():
@@ -52,8 +63,17 @@ def test_output_shape_and_dtype():
 
 
 def test_layer_get_config_round_trip():
-    layer = tr.DecoderLayer(HIDDEN, 32, 2, 0.1, 0.2, 0.3, norm_epsilon=1e-5,
-                            initializer_gain=0.5, name="dec")
+    layer = tr.DecoderLayer(
+        HIDDEN,
+        32,
+        2,
+        0.1,
+        0.2,
+        0.3,
+        norm_epsilon=1e-5,
+        initializer_gain=0.5,
+        name="dec",
+    )
     config = layer.get_config()
     clone = tr.DecoderLayer.from_config(config)
     assert clone.get_config() == config
@@ -67,24 +87,28 @@ def test_layer_get_config_round_trip():
 def test_padding_does_not_leak():
     model = _model(seed=1, shared_embedding_and_softmax_weights=False)
     short = _features([[5, 6, 1]], [[7, 1]])
-    batched = _features([[5, 6, 1, 0, 0, 0], [9, 8, 7, 6, 5, 1]],
-                        [[7, 1, 0, 0, 0], [3, 4, 5, 6, 1]])
+    batched = _features(
+        [[5, 6, 1, 0, 0, 0], [9, 8, 7, 6, 5, 1]], [[7, 1, 0, 0, 0], [3, 4, 5, 6, 1]]
+    )
     alone = model(short).numpy()[0]  # [2, vocab]
     together = model(batched).numpy()[0, :2]  # [2, vocab]
     np.testing.assert_allclose(alone, together, atol=1e-5, rtol=0)
 
 
 def test_dropout_is_noop_when_not_training_or_rate_zero():
-    model = _model(layer_prepostprocess_dropout=0.5, attention_dropout=0.5,
-                   relu_dropout=0.5)
+    model = _model(
+        layer_prepostprocess_dropout=0.5, attention_dropout=0.5, relu_dropout=0.5
+    )
     eval_1 = model(FEATURES, training=False).numpy()
     eval_2 = model(FEATURES, training=False).numpy()
     train = model(FEATURES, training=True).numpy()
     np.testing.assert_array_equal(eval_1, eval_2)
     assert np.max(np.abs(train - eval_1)) > 1e-3  # dropout really acts in training.
     no_dropout = _model()
-    np.testing.assert_array_equal(no_dropout(FEATURES, training=True).numpy(),
-                                  no_dropout(FEATURES, training=False).numpy())
+    np.testing.assert_array_equal(
+        no_dropout(FEATURES, training=True).numpy(),
+        no_dropout(FEATURES, training=False).numpy(),
+    )
 
 
 def test_decoder_is_causal():
@@ -102,8 +126,9 @@ def test_encode_decode_match_call():
     assert encoder_output.shape == (2, 5, HIDDEN) and bias.shape == (2, 1, 1, 5)
     logits = model.decode(tr.shift_right(FEATURES["targets"]), encoder_output, bias)
     np.testing.assert_array_equal(logits.numpy(), model(FEATURES).numpy())
-    np.testing.assert_array_equal(tr.shift_right(tf.constant([[4, 3, 1]])).numpy(),
-                                  [[0, 4, 3]])
+    np.testing.assert_array_equal(
+        tr.shift_right(tf.constant([[4, 3, 1]])).numpy(), [[0, 4, 3]]
+    )
 
 
 def test_source_embedding_gradient_is_indexed_slices():
@@ -111,8 +136,7 @@ def test_source_embedding_gradient_is_indexed_slices():
     model(FEATURES)
     weight = model.source_embedding.weights_matrix
     with tf.GradientTape() as tape:
-        loss, _ = token_loss(model(FEATURES, training=True),
-                             FEATURES["targets"], 0.1)
+        loss, _ = token_loss(model(FEATURES, training=True), FEATURES["targets"], 0.1)
     grad = tape.gradient(loss, weight)
     assert isinstance(grad, tf.IndexedSlices)
     assert grad.dense_shape.numpy().tolist() == [VOCAB, HIDDEN]
@@ -122,12 +146,13 @@ def test_source_embedding_gradient_is_indexed_slices():
 def test_embedding_and_softmax_sharing(shared, expected):
     model = _model(shared_embedding_and_softmax_weights=shared)
     model(FEATURES)
-    matrices = [v for v in model.trainable_variables
-                if tuple(v.shape) == (VOCAB, HIDDEN)]
+    matrices = [
+        v for v in model.trainable_variables if tuple(v.shape) == (VOCAB, HIDDEN)
+    ]
     assert len(matrices) == expected
     assert (model.source_embedding is model.softmax) == shared
     stddev = np.std(matrices[0].numpy())
-    assert 0.5 * HIDDEN ** -0.5 < stddev < 1.5 * HIDDEN ** -0.5
+    assert 0.5 * HIDDEN**-0.5 < stddev < 1.5 * HIDDEN**-0.5
 
 
 def test_embedding_scales_and_zeroes_padding():
@@ -141,8 +166,10 @@ def test_embedding_scales_and_zeroes_padding():
 def test_timing_signal_matches_formula():
     signal = tr.get_timing_signal_1d(3, 6).numpy()[0]  # [3, 6]
     inv = np.exp(-np.arange(3) * math.log(1e4) / 2)
-    expected = np.concatenate([np.sin(np.outer(np.arange(3), inv)),
-                               np.cos(np.outer(np.arange(3), inv))], axis=1)
+    expected = np.concatenate(
+        [np.sin(np.outer(np.arange(3), inv)), np.cos(np.outer(np.arange(3), inv))],
+        axis=1,
+    )
     np.testing.assert_allclose(signal, expected, atol=1e-6)
 
 

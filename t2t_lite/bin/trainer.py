@@ -11,68 +11,98 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("problem", "algorithmic_reverse", "Registered problem name.")
 flags.DEFINE_string("model", "transformer", "Registered model name.")
 flags.DEFINE_string("hparams_set", "transformer_base", "Registered hparams set.")
-flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048,label_smoothing=0".')
-flags.DEFINE_string("data_dir", "", "Directory of the problem's data files, if it has any.")
-flags.DEFINE_string("output_dir", "", "Where checkpoints, hparams.json, metrics.jsonl "
-                    "and TensorBoard logs go; a run resumes from here.")
-flags.DEFINE_integer("train_steps", 250000, "Micro-steps (batches) to train; with n "
-                     "accumulation steps this is n × the number of updates.")
+flags.DEFINE_string(
+    "hparams", "", 'Overrides, e.g. "batch_size=2048,label_smoothing=0".'
+)
+flags.DEFINE_string(
+    "data_dir", "", "Directory of the problem's data files, if it has any."
+)
+flags.DEFINE_string(
+    "output_dir",
+    "",
+    "Where checkpoints, hparams.json, metrics.jsonl "
+    "and TensorBoard logs go; a run resumes from here.",
+)
+flags.DEFINE_integer(
+    "train_steps",
+    250000,
+    "Micro-steps (batches) to train; with n "
+    "accumulation steps this is n × the number of updates.",
+)
 flags.DEFINE_integer("eval_steps", 100, "Dev batches per evaluation; <= 0: all.")
-flags.DEFINE_integer("local_eval_frequency", 1000, "Evaluate every this many steps; "
-                     "0: only at the end.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
+flags.DEFINE_integer(
+    "local_eval_frequency", 1000, "Evaluate every this many steps; 0: only at the end."
+)
+flags.DEFINE_integer(
+    "save_checkpoints_steps", 1000, "Checkpoint every this many steps."
+)
 flags.DEFINE_integer("keep_checkpoint_max", 20, "Checkpoints to keep.")
 flags.DEFINE_integer("log_steps", 100, "Log a progress line every this many steps.")
-flags.DEFINE_integer("random_seed", 1, "Seed for initialization, dropout and shuffling.")
+flags.DEFINE_integer(
+    "random_seed", 1, "Seed for initialization, dropout and shuffling."
+)
 flags.DEFINE_boolean("registry_help", False, "List every registered name and exit.")
 
 
 def _check_flags():
-  if not FLAGS.output_dir:
-    raise UserError("--output_dir is required.")
-  for name in ("train_steps", "save_checkpoints_steps", "keep_checkpoint_max",
-               "log_steps"):
-    if FLAGS[name].value <= 0:
-      raise UserError(f"--{name} must be > 0, got {FLAGS[name].value}.")
-  if FLAGS.local_eval_frequency < 0:
-    raise UserError(f"--local_eval_frequency must be >= 0, got "
-                    f"{FLAGS.local_eval_frequency}.")
+    if not FLAGS.output_dir:
+        raise UserError("--output_dir is required.")
+    for name in (
+        "train_steps",
+        "save_checkpoints_steps",
+        "keep_checkpoint_max",
+        "log_steps",
+    ):
+        if FLAGS[name].value <= 0:
+            raise UserError(f"--{name} must be > 0, got {FLAGS[name].value}.")
+    if FLAGS.local_eval_frequency < 0:
+        raise UserError(
+            f"--local_eval_frequency must be >= 0, got {FLAGS.local_eval_frequency}."
+        )
 
 
 def build_hparams(hparams_set, overrides):
-  """The named set with overrides applied (unknown names and keys: one-line errors)."""
-  hp = registry.HPARAMS_SETS.get(hparams_set)()
-  return hp.parse(overrides)
+    """The named set with overrides applied (unknown names and keys: one-line errors)."""
+    hp = registry.HPARAMS_SETS.get(hparams_set)()
+    return hp.parse(overrides)
 
 
 def main(argv):
-  del argv
-  if FLAGS.registry_help:
-    print(registry.help_text())
-    return 0
-  _check_flags()
-  registry.PROBLEMS.get(FLAGS.problem)
-  registry.MODELS.get(FLAGS.model)
-  hp = build_hparams(FLAGS.hparams_set, FLAGS.hparams)
-  logging.set_verbosity(logging.INFO)
-  config = RunConfig(
-      problem=FLAGS.problem, model=FLAGS.model, output_dir=FLAGS.output_dir,
-      train_steps=FLAGS.train_steps, data_dir=FLAGS.data_dir,
-      eval_steps=FLAGS.eval_steps, local_eval_frequency=FLAGS.local_eval_frequency,
-      save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-      keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_steps=FLAGS.log_steps,
-      random_seed=FLAGS.random_seed)
-  record = Trainer(config, hp).train()
-  print(f"Final eval at step {record['global_step']} (update "
+    del argv
+    if FLAGS.registry_help:
+        print(registry.help_text())
+        return 0
+    _check_flags()
+    registry.PROBLEMS.get(FLAGS.problem)
+    registry.MODELS.get(FLAGS.model)
+    hp = build_hparams(FLAGS.hparams_set, FLAGS.hparams)
+    logging.set_verbosity(logging.INFO)
+    config = RunConfig(
+        problem=FLAGS.problem,
+        model=FLAGS.model,
+        output_dir=FLAGS.output_dir,
+        train_steps=FLAGS.train_steps,
+        data_dir=FLAGS.data_dir,
+        eval_steps=FLAGS.eval_steps,
+        local_eval_frequency=FLAGS.local_eval_frequency,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+        keep_checkpoint_max=FLAGS.keep_checkpoint_max,
+        log_steps=FLAGS.log_steps,
+        random_seed=FLAGS.random_seed,
+    )
+    record = Trainer(config, hp).train()
+    print(
+        f"Final eval at step {record['global_step']} (update "
         f"{record['update_step']}): loss {record['loss']:.4f}, accuracy "
         f"{record['accuracy']:.4f}, sequence_accuracy "
-        f"{record['sequence_accuracy']:.4f}")
-  return 0
+        f"{record['sequence_accuracy']:.4f}"
+    )
+    return 0
 
 
 def run():
-  common.run_main(main, "t2t-trainer")
+    common.run_main(main, "t2t-trainer")
 
 
 if __name__ == "__main__":
-  run()
+    run()

@@ -28,8 +28,7 @@ def bucket_boundaries(max_length, min_length=8, length_bucket_step=1.1):
     padding inside a bucket stays under ~10%; the `x + 1` keeps short buckets distinct.
     """
     if length_bucket_step <= 1.0:
-        raise ValueError(
-            f"length_bucket_step must be > 1.0, got {length_bucket_step}.")
+        raise ValueError(f"length_bucket_step must be > 1.0, got {length_bucket_step}.")
     if min_length < 1:
         raise ValueError(f"min_length must be >= 1, got {min_length}.")
     boundaries = []
@@ -48,7 +47,9 @@ def bucket_batch_sizes(batch_size, boundaries, max_length):
     at `max_length + 1` because lengths up to `max_length` are kept. Never below 1:
     a sequence longer than `batch_size` still gets a batch of its own.
     """
-    return [max(1, batch_size // bound) for bound in list(boundaries) + [max_length + 1]]
+    return [
+        max(1, batch_size // bound) for bound in list(boundaries) + [max_length + 1]
+    ]
 
 
 def example_length(example):
@@ -62,14 +63,20 @@ def example_length(example):
 
 def _check_args(batch_size, max_length, repeat):
     """One-line errors for bad arguments instead of a tf.data failure at run time."""
-    for name, value, minimum in (("batch_size", batch_size, 1),
-                                 ("max_length", max_length, 0)):
+    for name, value, minimum in (
+        ("batch_size", batch_size, 1),
+        ("max_length", max_length, 0),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int)
-                               or (repeat < 1 and repeat != -1)):
+    if repeat is not None and (
+        isinstance(repeat, bool)
+        or not isinstance(repeat, int)
+        or (repeat < 1 and repeat != -1)
+    ):
         raise ValueError(
-            f"repeat must be None, -1 (forever) or a positive integer, got {repeat!r}.")
+            f"repeat must be None, -1 (forever) or a positive integer, got {repeat!r}."
+        )
 
 
 def _standardize(dataset):
@@ -82,15 +89,27 @@ def _standardize(dataset):
     if not isinstance(spec, dict) or not {"inputs", "targets"} <= set(spec):
         raise ValueError(
             "problem_dataset must yield dicts with 'inputs' and 'targets', "
-            f"got element_spec {spec!r}.")
+            f"got element_spec {spec!r}."
+        )
     return dataset.map(
-        lambda ex: {k: tf.cast(tf.reshape(ex[k], [-1]), tf.int32)
-                    for k in ("inputs", "targets")})
+        lambda ex: {
+            k: tf.cast(tf.reshape(ex[k], [-1]), tf.int32) for k in ("inputs", "targets")
+        }
+    )
 
 
-def make_dataset(problem_dataset, *, batch_size, max_length, min_length_bucket=8,
-                 length_bucket_step=1.1, training, shuffle_buffer=10000, seed=None,
-                 repeat=None):
+def make_dataset(
+    problem_dataset,
+    *,
+    batch_size,
+    max_length,
+    min_length_bucket=8,
+    length_bucket_step=1.1,
+    training,
+    shuffle_buffer=10000,
+    seed=None,
+    repeat=None,
+):
     """Token-batched, padded dataset of {"inputs": [b, src_len], "targets": [b, tgt_len]}.
 
     Args:
@@ -115,8 +134,9 @@ def make_dataset(problem_dataset, *, batch_size, max_length, min_length_bucket=8
     dataset = _standardize(problem_dataset)
     dataset = dataset.filter(lambda ex: example_length(ex) <= max_length)
     if training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed,
-                                  reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(
+            shuffle_buffer, seed=seed, reshuffle_each_iteration=True
+        )
     if repeat is None:
         repeat = -1 if training else 1
     if repeat != 1:
@@ -130,5 +150,6 @@ def make_dataset(problem_dataset, *, batch_size, max_length, min_length_bucket=8
         padded_shapes={"inputs": [None], "targets": [None]},
         padding_values={"inputs": PAD_ID, "targets": PAD_ID},
         pad_to_bucket_boundary=False,
-        drop_remainder=False)
+        drop_remainder=False,
+    )
     return dataset.prefetch(tf.data.AUTOTUNE)

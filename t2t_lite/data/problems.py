@@ -25,7 +25,8 @@ def check_split(split):
     """Returns `split` if it is known; otherwise a one-line ValueError listing them."""
     if split not in SPLITS:
         raise ValueError(
-            f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}.")
+            f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}."
+        )
     return split
 
 
@@ -71,7 +72,8 @@ def _ragged_dataset(inputs, targets):
     """
     features = {
         name: tf.RaggedTensor.from_row_lengths(
-            tf.constant(flat, tf.int32), tf.constant(lengths, tf.int64))
+            tf.constant(flat, tf.int32), tf.constant(lengths, tf.int64)
+        )
         for name, (flat, lengths) in (("inputs", inputs), ("targets", targets))
     }
     dataset = tf.data.Dataset.from_tensor_slices(features)
@@ -113,8 +115,9 @@ class Problem:
         for column in (0, 1):
             seqs = [pair[column] for pair in pairs]
             lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-            flat = np.fromiter((t for s in seqs for t in s), dtype=np.int32,
-                               count=int(lengths.sum()))
+            flat = np.fromiter(
+                (t for s in seqs for t in s), dtype=np.int32, count=int(lengths.sum())
+            )
             parts.append((flat, lengths))
         return _ragged_dataset(*parts)
 
@@ -153,7 +156,8 @@ class AlgorithmicProblem(Problem):
 
     def _generate_arrays(self, rng, size):
         raise NotImplementedError(
-            f"{type(self).__name__} must define _generate_arrays().")
+            f"{type(self).__name__} must define _generate_arrays()."
+        )
 
     def _split_arrays(self, split):
         """Returns ((inputs_flat, inputs_lengths), (targets_flat, targets_lengths))."""
@@ -164,8 +168,10 @@ class AlgorithmicProblem(Problem):
             rng = np.random.default_rng([self.seed, _SPLIT_INDEX[split]])
             size = self.train_size if split == "train" else self.dev_size
             in_flat, in_len, tgt_flat, tgt_len = self._generate_arrays(rng, size)
-            self._cache[split] = (append_eos(in_flat, in_len),
-                                  append_eos(tgt_flat, tgt_len))
+            self._cache[split] = (
+                append_eos(in_flat, in_len),
+                append_eos(tgt_flat, tgt_len),
+            )
         return self._cache[split]
 
     def generate(self, split):
@@ -182,15 +188,23 @@ class AlgorithmicProblem(Problem):
 class _SymbolSequenceProblem(AlgorithmicProblem):
     """Random sequences over `num_symbols` symbols; subclasses map inputs to targets."""
 
-    def __init__(self, num_symbols=10, min_length=1, max_length=12,
-                 train_size=50000, dev_size=1000, seed=1):
+    def __init__(
+        self,
+        num_symbols=10,
+        min_length=1,
+        max_length=12,
+        train_size=50000,
+        dev_size=1000,
+        seed=1,
+    ):
         super().__init__(train_size, dev_size, seed)
         self.num_symbols = _check_int("num_symbols", num_symbols, 1)
         self.min_length = _check_int("min_length", min_length, 1)
         self.max_length = _check_int("max_length", max_length, 1)
         if self.max_length < self.min_length:
-            raise ValueError(f"max_length ({max_length}) must be >= min_length "
-                             f"({min_length}).")
+            raise ValueError(
+                f"max_length ({max_length}) must be >= min_length ({min_length})."
+            )
 
     @property
     def vocab_size(self):
@@ -202,8 +216,12 @@ class _SymbolSequenceProblem(AlgorithmicProblem):
     def _random_sequences(self, rng, size):
         """Flat random symbols and lengths in [min_length, max_length] (EOS excluded)."""
         lengths = rng.integers(self.min_length, self.max_length + 1, size=size)
-        flat = rng.integers(NUM_RESERVED_IDS, NUM_RESERVED_IDS + self.num_symbols,
-                            size=int(lengths.sum()), dtype=np.int32)
+        flat = rng.integers(
+            NUM_RESERVED_IDS,
+            NUM_RESERVED_IDS + self.num_symbols,
+            size=int(lengths.sum()),
+            dtype=np.int32,
+        )
         return flat, lengths.astype(np.int64)
 
 
@@ -247,8 +265,9 @@ class AlgorithmicAdditionDecimal(AlgorithmicProblem):
 
     def __init__(self, max_digits=5, train_size=50000, dev_size=1000, seed=1):
         super().__init__(train_size, dev_size, seed)
-        self.max_digits = _check_int("max_digits", max_digits, 1,
-                                     self._MAX_DIGITS_LIMIT)
+        self.max_digits = _check_int(
+            "max_digits", max_digits, 1, self._MAX_DIGITS_LIMIT
+        )
 
     @property
     def vocab_size(self):

@@ -22,18 +22,22 @@ def _dropout(x, rate, training):
 def _uniform_unit_scaling(gain):
     """T2T's "uniform unit scaling" (Glorot-uniform-like) with gain `gain`."""
     return keras.initializers.VarianceScaling(
-        scale=gain, mode="fan_avg", distribution="uniform")
+        scale=gain, mode="fan_avg", distribution="uniform"
+    )
 
 
-def get_timing_signal_1d(length, channels, min_timescale=1.0,
-                         max_timescale=1.0e4, start_index=0):
+def get_timing_signal_1d(
+    length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0
+):
     """T2T's sinusoidal timing signal: sin half then cos half. [1, length, channels]."""
     position = tf.cast(tf.range(length) + start_index, tf.float32)  # [length]
     num_timescales = channels // 2
-    log_increment = (math.log(float(max_timescale) / float(min_timescale)) /
-                     max(num_timescales - 1, 1))
+    log_increment = math.log(float(max_timescale) / float(min_timescale)) / max(
+        num_timescales - 1, 1
+    )
     inv_timescales = min_timescale * tf.exp(
-        tf.range(num_timescales, dtype=tf.float32) * -log_increment)
+        tf.range(num_timescales, dtype=tf.float32) * -log_increment
+    )
     scaled_time = position[:, None] * inv_timescales[None, :]  # [length, channels//2]
     signal = tf.concat([tf.sin(scaled_time), tf.cos(scaled_time)], axis=1)
     signal = tf.pad(signal, [[0, 0], [0, channels % 2]])  # [length, channels]
@@ -72,10 +76,13 @@ class EmbeddingSharedWeights(keras.layers.Layer):
 
     def build(self, input_shape=None):
         self.weights_matrix = self.add_weight(
-            name="weights", shape=(self.vocab_size, self.hidden_size),
+            name="weights",
+            shape=(self.vocab_size, self.hidden_size),
             initializer=keras.initializers.RandomNormal(
-                mean=0.0, stddev=self.hidden_size ** -0.5),
-            dtype="float32")
+                mean=0.0, stddev=self.hidden_size**-0.5
+            ),
+            dtype="float32",
+        )
 
     def call(self, inputs, mode="embedding"):
         if mode == "embedding":
@@ -87,7 +94,7 @@ class EmbeddingSharedWeights(keras.layers.Layer):
     def _embed(self, ids):
         ids = tf.cast(ids, tf.int32)  # [batch, length]
         x = tf.gather(self.weights_matrix, ids)  # [batch, length, hidden]
-        x *= self.hidden_size ** 0.5
+        x *= self.hidden_size**0.5
         return x * tf.cast(tf.not_equal(ids, 0), x.dtype)[:, :, None]
 
     def _linear(self, x):
@@ -105,19 +112,26 @@ class EmbeddingSharedWeights(keras.layers.Layer):
 class MultiHeadAttention(keras.layers.Layer):
     """T2T dot-product multi-head attention; q/k/v/output projections without bias."""
 
-    def __init__(self, hidden_size, num_heads, attention_dropout,
-                 initializer_gain=1.0, **kwargs):
+    def __init__(
+        self, hidden_size, num_heads, attention_dropout, initializer_gain=1.0, **kwargs
+    ):
         super().__init__(**kwargs)
         if hidden_size % num_heads:
-            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by "
-                             f"num_heads ({num_heads})")
+            raise ValueError(
+                f"hidden_size ({hidden_size}) must be divisible by "
+                f"num_heads ({num_heads})"
+            )
         self.hidden_size = hidden_size
         self.num_heads = num_heads
         self.attention_dropout = attention_dropout
         self.initializer_gain = initializer_gain
         init = _uniform_unit_scaling(initializer_gain)
-        dense = lambda name: keras.layers.Dense(
-            hidden_size, use_bias=False, kernel_initializer=init, name=name)
+
+        def dense(name):
+            return keras.layers.Dense(
+                hidden_size, use_bias=False, kernel_initializer=init, name=name
+            )
+
         self.q_dense, self.k_dense = dense("q"), dense("k")
         self.v_dense, self.output_dense = dense("v"), dense("output_transform")
 
@@ -154,8 +168,9 @@ class MultiHeadAttention(keras.layers.Layer):
 class FeedForward(keras.layers.Layer):
     """T2T dense_relu_dense: dense(filter, relu) -> relu dropout -> dense(hidden)."""
 
-    def __init__(self, hidden_size, filter_size, relu_dropout,
-                 initializer_gain=1.0, **kwargs):
+    def __init__(
+        self, hidden_size, filter_size, relu_dropout, initializer_gain=1.0, **kwargs
+    ):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.filter_size = filter_size
@@ -163,9 +178,11 @@ class FeedForward(keras.layers.Layer):
         self.initializer_gain = initializer_gain
         init = _uniform_unit_scaling(initializer_gain)
         self.filter_dense = keras.layers.Dense(
-            filter_size, activation="relu", kernel_initializer=init, name="conv1")
+            filter_size, activation="relu", kernel_initializer=init, name="conv1"
+        )
         self.output_dense = keras.layers.Dense(
-            hidden_size, kernel_initializer=init, name="conv2")
+            hidden_size, kernel_initializer=init, name="conv2"
+        )
 
     def call(self, x, training=False):
         h = self.filter_dense(x)  # [batch, length, filter]
@@ -180,9 +197,18 @@ class FeedForward(keras.layers.Layer):
 class _TransformerLayerBase(keras.layers.Layer):
     """Shared arguments, config, feed-forward and residual of encoder/decoder layers."""
 
-    def __init__(self, hidden_size, filter_size, num_heads,
-                 layer_prepostprocess_dropout, attention_dropout, relu_dropout,
-                 norm_epsilon=1e-6, initializer_gain=1.0, **kwargs):
+    def __init__(
+        self,
+        hidden_size,
+        filter_size,
+        num_heads,
+        layer_prepostprocess_dropout,
+        attention_dropout,
+        relu_dropout,
+        norm_epsilon=1e-6,
+        initializer_gain=1.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.filter_size = filter_size
@@ -192,14 +218,19 @@ class _TransformerLayerBase(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.norm_epsilon = norm_epsilon
         self.initializer_gain = initializer_gain
-        self.ffn = FeedForward(hidden_size, filter_size, relu_dropout,
-                               initializer_gain, name="ffn")
+        self.ffn = FeedForward(
+            hidden_size, filter_size, relu_dropout, initializer_gain, name="ffn"
+        )
         self.ffn_norm = self._norm("ffn_norm")
 
     def _attention(self, name):
-        return MultiHeadAttention(self.hidden_size, self.num_heads,
-                                  self.attention_dropout, self.initializer_gain,
-                                  name=name)
+        return MultiHeadAttention(
+            self.hidden_size,
+            self.num_heads,
+            self.attention_dropout,
+            self.initializer_gain,
+            name=name,
+        )
 
     def _norm(self, name):
         return keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name=name)
@@ -209,9 +240,16 @@ class _TransformerLayerBase(keras.layers.Layer):
         return x + _dropout(y, self.layer_prepostprocess_dropout, training)
 
     def get_config(self):
-        names = ("hidden_size", "filter_size", "num_heads",
-                 "layer_prepostprocess_dropout", "attention_dropout",
-                 "relu_dropout", "norm_epsilon", "initializer_gain")
+        names = (
+            "hidden_size",
+            "filter_size",
+            "num_heads",
+            "layer_prepostprocess_dropout",
+            "attention_dropout",
+            "relu_dropout",
+            "norm_epsilon",
+            "initializer_gain",
+        )
         return {**super().get_config(), **{n: getattr(self, n) for n in names}}
 
 
@@ -226,8 +264,9 @@ class EncoderLayer(_TransformerLayerBase):
     def call(self, x, bias, training=False):
         """x [batch, length, hidden]; bias [batch, 1, 1, length]."""
         y = self.self_attention_norm(x)
-        x = self._residual(x, self.self_attention(y, y, bias, training=training),
-                           training)
+        x = self._residual(
+            x, self.self_attention(y, y, bias, training=training), training
+        )
         y = self.ffn(self.ffn_norm(x), training=training)
         return self._residual(x, y, training)  # [batch, length, hidden]
 
@@ -243,16 +282,20 @@ class DecoderLayer(_TransformerLayerBase):
         self.encdec_attention = self._attention("encdec_attention")
         self.encdec_attention_norm = self._norm("encdec_attention_norm")
 
-    def call(self, x, encoder_output, self_bias, encoder_decoder_bias,
-             training=False):
+    def call(self, x, encoder_output, self_bias, encoder_decoder_bias, training=False):
         """x [batch, tgt_len, hidden]; encoder_output [batch, src_len, hidden];
         self_bias [1, 1, tgt_len, tgt_len];
         encoder_decoder_bias [batch, 1, 1, src_len]."""
         y = self.self_attention_norm(x)
-        x = self._residual(x, self.self_attention(y, y, self_bias, training=training),
-                           training)
-        y = self.encdec_attention(self.encdec_attention_norm(x), encoder_output,
-                                  encoder_decoder_bias, training=training)
+        x = self._residual(
+            x, self.self_attention(y, y, self_bias, training=training), training
+        )
+        y = self.encdec_attention(
+            self.encdec_attention_norm(x),
+            encoder_output,
+            encoder_decoder_bias,
+            training=training,
+        )
         x = self._residual(x, y, training)
         y = self.ffn(self.ffn_norm(x), training=training)
         return self._residual(x, y, training)  # [batch, tgt_len, hidden]
@@ -265,11 +308,22 @@ class Transformer(keras.Model):
     public so decoding (greedy, beam search) can reuse them.
     """
 
-    def __init__(self, vocab_size, hidden_size, filter_size, num_encoder_layers,
-                 num_decoder_layers, num_heads, layer_prepostprocess_dropout,
-                 attention_dropout, relu_dropout,
-                 shared_embedding_and_softmax_weights, norm_epsilon=1e-6,
-                 initializer_gain=1.0, **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        filter_size,
+        num_encoder_layers,
+        num_decoder_layers,
+        num_heads,
+        layer_prepostprocess_dropout,
+        attention_dropout,
+        relu_dropout,
+        shared_embedding_and_softmax_weights,
+        norm_epsilon=1e-6,
+        initializer_gain=1.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
@@ -281,14 +335,16 @@ class Transformer(keras.Model):
         self.attention_dropout = attention_dropout
         self.relu_dropout = relu_dropout
         self.shared_embedding_and_softmax_weights = bool(
-            shared_embedding_and_softmax_weights)
+            shared_embedding_and_softmax_weights
+        )
         self.norm_epsilon = norm_epsilon
         self.initializer_gain = initializer_gain
         self._build_sublayers()
 
     def _build_sublayers(self):
-        embedding = lambda name: EmbeddingSharedWeights(
-            self.vocab_size, self.hidden_size, name=name)
+        def embedding(name):
+            return EmbeddingSharedWeights(self.vocab_size, self.hidden_size, name=name)
+
         if self.shared_embedding_and_softmax_weights:
             shared = embedding("shared_embedding")
             self.source_embedding = self.target_embedding = self.softmax = shared
@@ -296,17 +352,30 @@ class Transformer(keras.Model):
             self.source_embedding = embedding("source_embedding")
             self.target_embedding = embedding("target_embedding")
             self.softmax = embedding("softmax")
-        args = (self.hidden_size, self.filter_size, self.num_heads,
-                self.layer_prepostprocess_dropout, self.attention_dropout,
-                self.relu_dropout, self.norm_epsilon, self.initializer_gain)
-        self.encoder_layers = [EncoderLayer(*args, name=f"encoder_layer_{i}")
-                               for i in range(self.num_encoder_layers)]
-        self.decoder_layers = [DecoderLayer(*args, name=f"decoder_layer_{i}")
-                               for i in range(self.num_decoder_layers)]
+        args = (
+            self.hidden_size,
+            self.filter_size,
+            self.num_heads,
+            self.layer_prepostprocess_dropout,
+            self.attention_dropout,
+            self.relu_dropout,
+            self.norm_epsilon,
+            self.initializer_gain,
+        )
+        self.encoder_layers = [
+            EncoderLayer(*args, name=f"encoder_layer_{i}")
+            for i in range(self.num_encoder_layers)
+        ]
+        self.decoder_layers = [
+            DecoderLayer(*args, name=f"decoder_layer_{i}")
+            for i in range(self.num_decoder_layers)
+        ]
         self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.norm_epsilon, name="encoder_norm")
+            epsilon=self.norm_epsilon, name="encoder_norm"
+        )
         self.decoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.norm_epsilon, name="decoder_norm")
+            epsilon=self.norm_epsilon, name="decoder_norm"
+        )
 
     @classmethod
     def from_hparams(cls, hp, vocab_size, **kwargs):
@@ -322,10 +391,12 @@ class Transformer(keras.Model):
             attention_dropout=hp.attention_dropout,
             relu_dropout=hp.relu_dropout,
             shared_embedding_and_softmax_weights=bool(
-                hp.shared_embedding_and_softmax_weights),
+                hp.shared_embedding_and_softmax_weights
+            ),
             norm_epsilon=hp.norm_epsilon,
             initializer_gain=hp.initializer_gain,
-            **kwargs)
+            **kwargs,
+        )
 
     def _add_timing_and_dropout(self, x, training):
         """x [batch, length, hidden] (already scaled): + sinusoid, then dropout."""
@@ -343,8 +414,9 @@ class Transformer(keras.Model):
             x = layer(x, bias, training=training)
         return self.encoder_norm(x), bias
 
-    def decode(self, decoder_input_ids, encoder_output, encoder_decoder_bias,
-               training=False):
+    def decode(
+        self, decoder_input_ids, encoder_output, encoder_decoder_bias, training=False
+    ):
         """decoder_input_ids int [batch, tgt_len], ALREADY shifted right (see
         shift_right: position 0 holds 0) -> float32 logits [batch, tgt_len, vocab].
         Logits at position i predict target i from decoder inputs 0..i."""
@@ -353,8 +425,9 @@ class Transformer(keras.Model):
         x = self.target_embedding(ids)  # [batch, tgt_len, hidden]
         x = self._add_timing_and_dropout(x, training)
         for layer in self.decoder_layers:
-            x = layer(x, encoder_output, self_bias, encoder_decoder_bias,
-                      training=training)
+            x = layer(
+                x, encoder_output, self_bias, encoder_decoder_bias, training=training
+            )
         x = self.decoder_norm(x)  # [batch, tgt_len, hidden]
         logits = self.softmax(x, mode="linear")  # [batch, tgt_len, vocab]
         return tf.cast(logits, tf.float32)
@@ -364,15 +437,23 @@ class Transformer(keras.Model):
         -> float32 logits [batch, tgt_len, vocab] (teacher forcing)."""
         encoder_output, bias = self.encode(features["inputs"], training=training)
         decoder_input_ids = shift_right(tf.cast(features["targets"], tf.int32))
-        return self.decode(decoder_input_ids, encoder_output, bias,
-                           training=training)
+        return self.decode(decoder_input_ids, encoder_output, bias, training=training)
 
     def get_config(self):
-        names = ("vocab_size", "hidden_size", "filter_size", "num_encoder_layers",
-                 "num_decoder_layers", "num_heads", "layer_prepostprocess_dropout",
-                 "attention_dropout", "relu_dropout",
-                 "shared_embedding_and_softmax_weights", "norm_epsilon",
-                 "initializer_gain")
+        names = (
+            "vocab_size",
+            "hidden_size",
+            "filter_size",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "num_heads",
+            "layer_prepostprocess_dropout",
+            "attention_dropout",
+            "relu_dropout",
+            "shared_embedding_and_softmax_weights",
+            "norm_epsilon",
+            "initializer_gain",
+        )
         return {**super().get_config(), **{n: getattr(self, n) for n in names}}
 
 
@@ -395,11 +476,13 @@ def token_loss(logits, targets, label_smoothing):
     vocab_f = tf.cast(vocab_size, tf.float32)
     confidence = 1.0 - label_smoothing
     low_confidence = (1.0 - confidence) / (vocab_f - 1.0)
-    normalizing = -(confidence * tf.math.log(confidence) +
-                    (vocab_f - 1.0) * low_confidence
-                    * tf.math.log(low_confidence + 1e-20))
-    soft_targets = tf.one_hot(targets, depth=vocab_size, on_value=confidence,
-                              off_value=low_confidence)  # [batch, length, vocab]
+    normalizing = -(
+        confidence * tf.math.log(confidence)
+        + (vocab_f - 1.0) * low_confidence * tf.math.log(low_confidence + 1e-20)
+    )
+    soft_targets = tf.one_hot(
+        targets, depth=vocab_size, on_value=confidence, off_value=low_confidence
+    )  # [batch, length, vocab]
     xent = tf.nn.softmax_cross_entropy_with_logits(labels=soft_targets, logits=logits)
     weights = _nonpad_weights(targets)  # [batch, length]
     loss_sum = tf.reduce_sum((xent - normalizing) * weights)
@@ -420,5 +503,9 @@ def token_accuracy(logits, targets):
     wrong_per_sequence = tf.reduce_sum(weights - correct, axis=-1)  # [batch]
     nonempty = tf.cast(tf.reduce_sum(weights, axis=-1) > 0, tf.float32)  # [batch]
     correct_sequences = tf.cast(tf.equal(wrong_per_sequence, 0), tf.float32) * nonempty
-    return (tf.reduce_sum(correct), tf.reduce_sum(weights),
-            tf.reduce_sum(correct_sequences), tf.reduce_sum(nonempty))
+    return (
+        tf.reduce_sum(correct),
+        tf.reduce_sum(weights),
+        tf.reduce_sum(correct_sequences),
+        tf.reduce_sum(nonempty),
+    )

@@ -16,53 +16,64 @@ import tensorflow as tf
 
 
 def _local_variable(initial_value, name):
-  return tf.Variable(
-      initial_value, trainable=False, name=name,
-      synchronization=tf.VariableSynchronization.ON_READ,
-      aggregation=tf.VariableAggregation.SUM)
+    return tf.Variable(
+        initial_value,
+        trainable=False,
+        name=name,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=tf.VariableAggregation.SUM,
+    )
 
 
 def _replica_copy(variable):
-  """This replica's own component of an ON_READ variable (the variable itself when
-  not distributed). tf.distribute refuses `scatter_add` on the distributed wrapper,
-  but the component is a plain variable that supports it; there is no public
-  accessor, hence the private one, guarded."""
-  component = getattr(variable, "_get_on_device_or_primary", None)
-  return component() if component is not None else variable
+    """This replica's own component of an ON_READ variable (the variable itself when
+    not distributed). tf.distribute refuses `scatter_add` on the distributed wrapper,
+    but the component is a plain variable that supports it; there is no public
+    accessor, hence the private one, guarded."""
+    component = getattr(variable, "_get_on_device_or_primary", None)
+    return component() if component is not None else variable
 
 
 class GradientAccumulator(tf.Module):
-  """Sums of gradients, token losses and token counts over one accumulation window."""
+    """Sums of gradients, token losses and token counts over one accumulation window."""
 
-  def __init__(self, variables, name="accumulator"):
-    super().__init__(name=name)
-    self.gradients = [
-        _local_variable(tf.zeros(v.shape, tf.float32), f"grad_{i}")
-        for i, v in enumerate(variables)]
-    self.loss_sum = _local_variable(0.0, "loss_sum")
-    self.tokens = _local_variable(0.0, "tokens")
+    def __init__(self, variables, name="accumulator"):
+        super().__init__(name=name)
+        self.gradients = [
+            _local_variable(tf.zeros(v.shape, tf.float32), f"grad_{i}")
+            for i, v in enumerate(variables)
+        ]
+        self.loss_sum = _local_variable(0.0, "loss_sum")
+        self.tokens = _local_variable(0.0, "tokens")
 
-  def add(self, gradients, loss_sum, tokens):
-    """Adds one micro-batch; embedding IndexedSlices are scattered, never densified."""
-    for accumulator, gradient in zip(self.gradients, gradients):
-      if gradient is None:
-        continue
-      if isinstance(gradient, tf.IndexedSlices):
-        _replica_copy(accumulator).scatter_add(tf.IndexedSlices(
-            tf.cast(gradient.values, tf.float32), gradient.indices,
-            gradient.dense_shape))
-      else:
-        accumulator.assign_add(tf.cast(gradient, tf.float32))
-    self.loss_sum.assign_add(loss_sum)
-    self.tokens.assign_add(tokens)
+    def add(self, gradients, loss_sum, tokens):
+        """Adds one micro-batch; embedding IndexedSlices are scattered, never densified."""
+        for accumulator, gradient in zip(self.gradients, gradients):
+            if gradient is None:
+                continue
+            if isinstance(gradient, tf.IndexedSlices):
+                _replica_copy(accumulator).scatter_add(
+                    tf.IndexedSlices(
+                        tf.cast(gradient.values, tf.float32),
+                        gradient.indices,
+                        gradient.dense_shape,
+                    )
+                )
+            else:
+                accumulator.assign_add(tf.cast(gradient, tf.float32))
+        self.loss_sum.assign_add(loss_sum)
+        self.tokens.assign_add(tokens)
 
-  def read(self):
-    """(gradients, loss_sum, tokens) as tensors of this replica's sums."""
-    return ([tf.identity(g) for g in self.gradients],
-            tf.identity(self.loss_sum), tf.identity(self.tokens))
+    def read(self):
+        """(gradients, loss_sum, tokens) as tensors of this replica's sums."""
+        return (
+            [tf.identity(g) for g in self.gradients],
+            tf.identity(self.loss_sum),
+            tf.identity(self.tokens),
+        )
 
-  def reset(self):
-    for accumulator in self.gradients:
-      accumulator.assign(tf.zeros_like(accumulator))
-    self.loss_sum.assign(0.0)
-    self.tokens.assign(0.0)
+    def reset(self):
+        for accumulator in self.gradients:
+            accumulator.assign(tf.zeros_like(accumulator))
+        self.loss_sum.assign(0.0)
+        self.tokens.assign(0.0)

@@ -18,9 +18,12 @@ from t2t_lite.registry import OPTIMIZERS
 
 @OPTIMIZERS.register("adam")
 def adam(hp, learning_rate):
-  return keras.optimizers.Adam(
-      learning_rate=learning_rate, beta_1=hp.optimizer_adam_beta1,
-      beta_2=hp.optimizer_adam_beta2, epsilon=hp.optimizer_adam_epsilon)
+    return keras.optimizers.Adam(
+        learning_rate=learning_rate,
+        beta_1=hp.optimizer_adam_beta1,
+        beta_2=hp.optimizer_adam_beta2,
+        epsilon=hp.optimizer_adam_epsilon,
+    )
 
 
 OPTIMIZERS.add("multistep_adam", adam)
@@ -28,25 +31,28 @@ OPTIMIZERS.add("multistep_adam", adam)
 
 @OPTIMIZERS.register("sgd")
 def sgd(hp, learning_rate):
-  del hp
-  return keras.optimizers.SGD(learning_rate=learning_rate)
+    del hp
+    return keras.optimizers.SGD(learning_rate=learning_rate)
 
 
 @OPTIMIZERS.register("momentum")
 def momentum(hp, learning_rate):
-  return keras.optimizers.SGD(
-      learning_rate=learning_rate, momentum=hp.optimizer_momentum_momentum,
-      nesterov=hp.optimizer_momentum_nesterov)
+    return keras.optimizers.SGD(
+        learning_rate=learning_rate,
+        momentum=hp.optimizer_momentum_momentum,
+        nesterov=hp.optimizer_momentum_nesterov,
+    )
 
 
 @OPTIMIZERS.register("adafactor")
 def adafactor(hp, learning_rate):
-  return keras.optimizers.Adafactor(
-      learning_rate=learning_rate,
-      beta_2_decay=-hp.optimizer_adafactor_decay_rate,
-      clip_threshold=hp.optimizer_adafactor_clipping_threshold)
+    return keras.optimizers.Adafactor(
+        learning_rate=learning_rate,
+        beta_2_decay=-hp.optimizer_adafactor_decay_rate,
+        clip_threshold=hp.optimizer_adafactor_clipping_threshold,
+    )
 
 
 def optimizer_from_hparams(hp, learning_rate):
-  """The registered optimizer named by hp.optimizer (unknown names: RegistryError)."""
-  return OPTIMIZERS.get(hp.optimizer)(hp, learning_rate)
+    """The registered optimizer named by hp.optimizer (unknown names: RegistryError)."""
+    return OPTIMIZERS.get(hp.optimizer)(hp, learning_rate)

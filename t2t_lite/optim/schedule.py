@@ -18,130 +18,145 @@ from t2t_lite.errors import UserError
 
 
 class ScheduleError(UserError):
-  """A user-facing schedule error with a one-line message."""
+    """A user-facing schedule error with a one-line message."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ScheduleConfig:
-  """Everything the factors read, in update units."""
-  constant: float
-  warmup_steps: float
-  hidden_size: int
-  train_updates: float  # train_steps / accumulate_steps
-  decay_steps: float
-  decay_rate: float
-  decay_staircase: bool
+    """Everything the factors read, in update units."""
+
+    constant: float
+    warmup_steps: float
+    hidden_size: int
+    train_updates: float  # train_steps / accumulate_steps
+    decay_steps: float
+    decay_rate: float
+    decay_staircase: bool
 
 
 def constant(step, c):
-  del step
-  return tf.constant(c.constant, tf.float32)
+    del step
+    return tf.constant(c.constant, tf.float32)
 
 
 def linear_warmup(step, c):
-  return tf.minimum(1.0, step / max(c.warmup_steps, 1.0))
+    return tf.minimum(1.0, step / max(c.warmup_steps, 1.0))
 
 
 def rsqrt_decay(step, c):
-  return tf.math.rsqrt(tf.maximum(step, float(c.warmup_steps)))
+    return tf.math.rsqrt(tf.maximum(step, float(c.warmup_steps)))
 
 
 def rsqrt_normalized_decay(step, c):
-  return math.sqrt(c.warmup_steps) * rsqrt_decay(step, c)
+    return math.sqrt(c.warmup_steps) * rsqrt_decay(step, c)
 
 
 def rsqrt_hidden_size(step, c):
-  del step
-  return tf.constant(c.hidden_size ** -0.5, tf.float32)
+    del step
+    return tf.constant(c.hidden_size**-0.5, tf.float32)
 
 
 def linear_decay(step, c):
-  """Linear ramp to 0 over the last decay_steps updates before train_updates."""
-  remaining = (c.train_updates - step) / max(c.decay_steps, 1.0)
-  return tf.clip_by_value(remaining, 0.0, 1.0)
+    """Linear ramp to 0 over the last decay_steps updates before train_updates."""
+    remaining = (c.train_updates - step) / max(c.decay_steps, 1.0)
+    return tf.clip_by_value(remaining, 0.0, 1.0)
 
 
 def cosdecay(step, c):
-  """1 during warmup, then half a cosine period over decay_steps (as T2T)."""
-  in_warmup = tf.cast(step <= c.warmup_steps, tf.float32)
-  decayed = 0.5 * (1.0 + tf.cos(math.pi * step / max(c.decay_steps, 1.0)))
-  return in_warmup + (1.0 - in_warmup) * decayed
+    """1 during warmup, then half a cosine period over decay_steps (as T2T)."""
+    in_warmup = tf.cast(step <= c.warmup_steps, tf.float32)
+    decayed = 0.5 * (1.0 + tf.cos(math.pi * step / max(c.decay_steps, 1.0)))
+    return in_warmup + (1.0 - in_warmup) * decayed
 
 
 def exp_decay(step, c):
-  """decay_rate ** ((step - warmup) / decay_steps), after warmup."""
-  p = tf.maximum((step - c.warmup_steps) / max(c.decay_steps, 1.0), 0.0)
-  if c.decay_staircase:
-    p = tf.floor(p)
-  return tf.pow(tf.constant(c.decay_rate, tf.float32), p)
+    """decay_rate ** ((step - warmup) / decay_steps), after warmup."""
+    p = tf.maximum((step - c.warmup_steps) / max(c.decay_steps, 1.0), 0.0)
+    if c.decay_staircase:
+        p = tf.floor(p)
+    return tf.pow(tf.constant(c.decay_rate, tf.float32), p)
 
 
-FACTORS = {f.__name__: f for f in (
-    constant, linear_warmup, rsqrt_decay, rsqrt_normalized_decay,
-    rsqrt_hidden_size, linear_decay, cosdecay, exp_decay)}
+FACTORS = {
+    f.__name__: f
+    for f in (
+        constant,
+        linear_warmup,
+        rsqrt_decay,
+        rsqrt_normalized_decay,
+        rsqrt_hidden_size,
+        linear_decay,
+        cosdecay,
+        exp_decay,
+    )
+}
 
 
 def parse_schedule(text):
-  """"a*b*c" → [factor functions]; unknown names are a one-line error."""
-  names = [name.strip() for name in text.split("*")]
-  unknown = [name for name in names if name not in FACTORS]
-  if not text.strip() or unknown:
-    raise ScheduleError(
-        f"learning_rate_schedule '{text}': unknown factor "
-        f"'{unknown[0] if unknown else ''}'. Known factors: "
-        f"{', '.join(sorted(FACTORS))}.")
-  return [FACTORS[name] for name in names]
+    """ "a*b*c" → [factor functions]; unknown names are a one-line error."""
+    names = [name.strip() for name in text.split("*")]
+    unknown = [name for name in names if name not in FACTORS]
+    if not text.strip() or unknown:
+        raise ScheduleError(
+            f"learning_rate_schedule '{text}': unknown factor "
+            f"'{unknown[0] if unknown else ''}'. Known factors: "
+            f"{', '.join(sorted(FACTORS))}."
+        )
+    return [FACTORS[name] for name in names]
 
 
 @keras.saving.register_keras_serializable("t2t_lite")
 class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
-  """The parsed product of factors, called by the optimizer with its update count.
+    """The parsed product of factors, called by the optimizer with its update count.
 
-  Keras optimizers call the schedule with `optimizer.iterations`, which t2t_lite only
-  increments on real updates, so `step` is the 0-based update index.
-  """
+    Keras optimizers call the schedule with `optimizer.iterations`, which t2t_lite only
+    increments on real updates, so `step` is the 0-based update index.
+    """
 
-  def __init__(self, text, config):
-    self.text = text
-    self.config = config
-    self.factors = parse_schedule(text)
+    def __init__(self, text, config):
+        self.text = text
+        self.config = config
+        self.factors = parse_schedule(text)
 
-  def __call__(self, step):
-    step = tf.cast(step, tf.float32)
-    rate = tf.constant(1.0, tf.float32)
-    for factor in self.factors:
-      rate = rate * factor(step, self.config)
-    return rate
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        rate = tf.constant(1.0, tf.float32)
+        for factor in self.factors:
+            rate = rate * factor(step, self.config)
+        return rate
 
-  def get_config(self):
-    return {"text": self.text, "config": dataclasses.asdict(self.config)}
+    def get_config(self):
+        return {"text": self.text, "config": dataclasses.asdict(self.config)}
 
-  @classmethod
-  def from_config(cls, config):
-    return cls(config["text"], ScheduleConfig(**config["config"]))
+    @classmethod
+    def from_config(cls, config):
+        return cls(config["text"], ScheduleConfig(**config["config"]))
 
 
 def schedule_from_hparams(hp, train_steps):
-  """Builds the schedule; `train_steps` counts micro-steps and is turned into updates."""
-  n = accumulate_steps(hp)
-  config = ScheduleConfig(
-      constant=hp.learning_rate_constant,
-      warmup_steps=float(hp.learning_rate_warmup_steps),
-      hidden_size=hp.hidden_size,
-      train_updates=train_steps / n,
-      decay_steps=float(hp.learning_rate_decay_steps),
-      decay_rate=hp.learning_rate_decay_rate,
-      decay_staircase=hp.learning_rate_decay_staircase)
-  return LearningRateSchedule(hp.learning_rate_schedule, config)
+    """Builds the schedule; `train_steps` counts micro-steps and is turned into updates."""
+    n = accumulate_steps(hp)
+    config = ScheduleConfig(
+        constant=hp.learning_rate_constant,
+        warmup_steps=float(hp.learning_rate_warmup_steps),
+        hidden_size=hp.hidden_size,
+        train_updates=train_steps / n,
+        decay_steps=float(hp.learning_rate_decay_steps),
+        decay_rate=hp.learning_rate_decay_rate,
+        decay_staircase=hp.learning_rate_decay_staircase,
+    )
+    return LearningRateSchedule(hp.learning_rate_schedule, config)
 
 
 def accumulate_steps(hp):
-  """optimizer_multistep_accumulate_steps as a validated n ≥ 1 (0 and 1: no accumulation)."""
-  n = hp.optimizer_multistep_accumulate_steps
-  if type(n) is not int:  # bool is an int subclass; refuse it too
-    raise ScheduleError(
-        f"optimizer_multistep_accumulate_steps must be an integer, got {n!r}.")
-  if n < 0:
-    raise ScheduleError(
-        f"optimizer_multistep_accumulate_steps must be >= 0, got {n}.")
-  return max(n, 1)
+    """optimizer_multistep_accumulate_steps as a validated n ≥ 1 (0 and 1: no accumulation)."""
+    n = hp.optimizer_multistep_accumulate_steps
+    if type(n) is not int:  # bool is an int subclass; refuse it too
+        raise ScheduleError(
+            f"optimizer_multistep_accumulate_steps must be an integer, got {n!r}."
+        )
+    if n < 0:
+        raise ScheduleError(
+            f"optimizer_multistep_accumulate_steps must be >= 0, got {n}."
+        )
+    return max(n, 1)

@@ -18,46 +18,49 @@ METRICS_FILE = "metrics.jsonl"
 
 
 def write_atomically(path, text):
-  """Writes via a temporary file and rename, so a crash never leaves half a file."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+    """Writes via a temporary file and rename, so a crash never leaves half a file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def prepare_output_dir(output_dir, hp):
-  """Creates output_dir and stores hp, or checks hp against the stored run's.
+    """Creates output_dir and stores hp, or checks hp against the stored run's.
 
-  Restarting into a directory whose run used other hparams would silently mix two
-  experiments in one checkpoint series; it is an error naming the differing keys.
-  """
-  try:
-    os.makedirs(output_dir, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"--output_dir '{output_dir}' cannot be created: "
-                    f"{e.strerror}.") from None
-  path = os.path.join(output_dir, HPARAMS_FILE)
-  if not os.path.exists(path):
-    write_atomically(path, hp.to_json() + "\n")
-    return
-  try:
-    with open(path) as f:
-      stored = HParams.from_json(f.read())
-  except HParamsError as e:
-    raise UserError(f"{path}: {e}") from None
-  differing = hp.diff(stored)
-  if differing:
-    details = ", ".join(
-        f"{k}={stored.values().get(k)!r}→{hp.values().get(k)!r}"
-        for k in differing[:5])
-    raise UserError(
-        f"--output_dir '{output_dir}' holds a run with different hparams "
-        f"({details}); use a new --output_dir or the same hparams.")
+    Restarting into a directory whose run used other hparams would silently mix two
+    experiments in one checkpoint series; it is an error naming the differing keys.
+    """
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as e:
+        raise UserError(
+            f"--output_dir '{output_dir}' cannot be created: {e.strerror}."
+        ) from None
+    path = os.path.join(output_dir, HPARAMS_FILE)
+    if not os.path.exists(path):
+        write_atomically(path, hp.to_json() + "\n")
+        return
+    try:
+        with open(path) as f:
+            stored = HParams.from_json(f.read())
+    except HParamsError as e:
+        raise UserError(f"{path}: {e}") from None
+    differing = hp.diff(stored)
+    if differing:
+        details = ", ".join(
+            f"{k}={stored.values().get(k)!r}→{hp.values().get(k)!r}"
+            for k in differing[:5]
+        )
+        raise UserError(
+            f"--output_dir '{output_dir}' holds a run with different hparams "
+            f"({details}); use a new --output_dir or the same hparams."
+        )
 
 
 def append_metrics(output_dir, record):
-  """Appends one evaluation's metrics as a JSON line."""
-  with open(os.path.join(output_dir, METRICS_FILE), "a") as f:
-    f.write(json.dumps(record, sort_keys=True) + "\n")
+    """Appends one evaluation's metrics as a JSON line."""
+    with open(os.path.join(output_dir, METRICS_FILE), "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")

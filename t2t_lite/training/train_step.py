@@ -27,146 +27,175 @@ import tensorflow as tf
 from t2t_lite.models.transformer import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
 
-_BATCH_SIGNATURE = ({
-    "inputs": tf.TensorSpec([None, None], tf.int32),
-    "targets": tf.TensorSpec([None, None], tf.int32),
-},)
+_BATCH_SIGNATURE = (
+    {
+        "inputs": tf.TensorSpec([None, None], tf.int32),
+        "targets": tf.TensorSpec([None, None], tf.int32),
+    },
+)
 
 
 class TrainStep:
-  """Owns the global step and accumulators; calls model, loss and optimizer."""
+    """Owns the global step and accumulators; calls model, loss and optimizer."""
 
-  def __init__(self, model, optimizer, *, accumulate_steps, label_smoothing,
-               clip_grad_norm=0.0, weight_decay=0.0, strategy=None):
-    if accumulate_steps < 1:
-      raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}.")
-    self.model = model
-    self.optimizer = optimizer
-    self.n = accumulate_steps
-    self.label_smoothing = label_smoothing
-    self.clip_grad_norm = clip_grad_norm
-    self.weight_decay = weight_decay
-    self.strategy = strategy or tf.distribute.get_strategy()
-    with self.strategy.scope():
-      self.global_step = tf.Variable(
-          0, dtype=tf.int64, trainable=False, name="global_step",
-          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-      self.optimizer.build(model.trainable_variables)
-      _skip_keras_all_reduce(self.optimizer)
-      self.accumulator = (GradientAccumulator(model.trainable_variables)
-                          if self.n > 1 else None)
-    self.accumulate = self._compile(self._accumulate_body)
-    self.accumulate_and_update = self._compile(self._update_body)
+    def __init__(
+        self,
+        model,
+        optimizer,
+        *,
+        accumulate_steps,
+        label_smoothing,
+        clip_grad_norm=0.0,
+        weight_decay=0.0,
+        strategy=None,
+    ):
+        if accumulate_steps < 1:
+            raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}.")
+        self.model = model
+        self.optimizer = optimizer
+        self.n = accumulate_steps
+        self.label_smoothing = label_smoothing
+        self.clip_grad_norm = clip_grad_norm
+        self.weight_decay = weight_decay
+        self.strategy = strategy or tf.distribute.get_strategy()
+        with self.strategy.scope():
+            self.global_step = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                name="global_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+            self.optimizer.build(model.trainable_variables)
+            _skip_keras_all_reduce(self.optimizer)
+            self.accumulator = (
+                GradientAccumulator(model.trainable_variables) if self.n > 1 else None
+            )
+        self.accumulate = self._compile(self._accumulate_body)
+        self.accumulate_and_update = self._compile(self._update_body)
 
-  @property
-  def update_step(self):
-    """Optimizer updates applied so far, as an int (checkpointed as the optimizer's
-    `iterations`, which only moves on updates)."""
-    return int(tf.convert_to_tensor(self.optimizer.iterations))
+    @property
+    def update_step(self):
+        """Optimizer updates applied so far, as an int (checkpointed as the optimizer's
+        `iterations`, which only moves on updates)."""
+        return int(tf.convert_to_tensor(self.optimizer.iterations))
 
-  @property
-  def micro_step(self):
-    """Micro-batches consumed so far, as an int (checkpointed as `global_step`)."""
-    return int(tf.convert_to_tensor(self.global_step))
+    @property
+    def micro_step(self):
+        """Micro-batches consumed so far, as an int (checkpointed as `global_step`)."""
+        return int(tf.convert_to_tensor(self.global_step))
 
-  def is_update_micro_step(self, global_step):
-    """Whether micro-step `global_step` (0-based) closes an accumulation window."""
-    return (global_step + 1) % self.n == 0
+    def is_update_micro_step(self, global_step):
+        """Whether micro-step `global_step` (0-based) closes an accumulation window."""
+        return (global_step + 1) % self.n == 0
 
-  def __call__(self, batch, global_step):
-    """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this batch."""
-    if self.is_update_micro_step(global_step):
-      return self.accumulate_and_update(batch)
-    return self.accumulate(batch)
+    def __call__(self, batch, global_step):
+        """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this batch."""
+        if self.is_update_micro_step(global_step):
+            return self.accumulate_and_update(batch)
+        return self.accumulate(batch)
 
-  def checkpoint_items(self):
-    """Objects a tf.train.Checkpoint must hold to resume exactly, even mid-window."""
-    items = {"model": self.model, "optimizer": self.optimizer,
-             "global_step": self.global_step}
-    if self.accumulator is not None:
-      items["accumulator"] = self.accumulator
-    return items
+    def checkpoint_items(self):
+        """Objects a tf.train.Checkpoint must hold to resume exactly, even mid-window."""
+        items = {
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "global_step": self.global_step,
+        }
+        if self.accumulator is not None:
+            items["accumulator"] = self.accumulator
+        return items
 
-  def _compile(self, body):
-    """One trace for all batch shapes: a [None, None] signature on one replica;
-    distributed (PerReplica) batches cannot match a TensorSpec, so there shapes are
-    relaxed after the first trace instead."""
-    if self.strategy.num_replicas_in_sync == 1:
-      return tf.function(self._run(body), input_signature=_BATCH_SIGNATURE)
-    return tf.function(self._run(body), reduce_retracing=True)
+    def _compile(self, body):
+        """One trace for all batch shapes: a [None, None] signature on one replica;
+        distributed (PerReplica) batches cannot match a TensorSpec, so there shapes are
+        relaxed after the first trace instead."""
+        if self.strategy.num_replicas_in_sync == 1:
+            return tf.function(self._run(body), input_signature=_BATCH_SIGNATURE)
+        return tf.function(self._run(body), reduce_retracing=True)
 
-  # --- replica-level bodies -------------------------------------------------------
+    # --- replica-level bodies -------------------------------------------------------
 
-  def _run(self, body):
-    def run(batch):
-      outputs = self.strategy.run(body, args=(batch,))
-      return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-              for k, v in outputs.items()}
-    return run
+    def _run(self, body):
+        def run(batch):
+            outputs = self.strategy.run(body, args=(batch,))
+            return {
+                k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                for k, v in outputs.items()
+            }
 
-  def _gradients(self, batch):
-    variables = self.model.trainable_variables
-    with tf.GradientTape() as tape:
-      logits = self.model(batch, training=True)  # [batch, length, vocab]
-      loss_sum, tokens = token_loss(logits, batch["targets"], self.label_smoothing)
-    return tape.gradient(loss_sum, variables), loss_sum, tokens
+        return run
 
-  def _accumulate_body(self, batch):
-    gradients, loss_sum, tokens = self._gradients(batch)
-    self.accumulator.add(gradients, loss_sum, tokens)
-    self.global_step.assign_add(1)
-    return {"loss_sum": loss_sum, "tokens": tokens}
+    def _gradients(self, batch):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = self.model(batch, training=True)  # [batch, length, vocab]
+            loss_sum, tokens = token_loss(
+                logits, batch["targets"], self.label_smoothing
+            )
+        return tape.gradient(loss_sum, variables), loss_sum, tokens
 
-  def _update_body(self, batch):
-    gradients, loss_sum, tokens = self._gradients(batch)
-    if self.accumulator is not None:
-      self.accumulator.add(gradients, loss_sum, tokens)
-      window_gradients, window_loss, window_tokens = self.accumulator.read()
-    else:
-      window_gradients, window_loss, window_tokens = gradients, loss_sum, tokens
-    self._update(window_gradients, window_loss, window_tokens)
-    if self.accumulator is not None:
-      self.accumulator.reset()
-    self.global_step.assign_add(1)
-    return {"loss_sum": loss_sum, "tokens": tokens}
+    def _accumulate_body(self, batch):
+        gradients, loss_sum, tokens = self._gradients(batch)
+        self.accumulator.add(gradients, loss_sum, tokens)
+        self.global_step.assign_add(1)
+        return {"loss_sum": loss_sum, "tokens": tokens}
 
-  def _update(self, gradients, loss_sum, tokens):
-    """All-reduce once, normalize by tokens, decay, clip, apply."""
-    context = tf.distribute.get_replica_context()
-    reduced = context.all_reduce(
-        tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens])
-    gradients, tokens = reduced[:-2], reduced[-1]
-    # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
-    # rows absent from the batch are not decayed), which is not T2T's Adam and would
-    # make an accumulated update differ from the big-batch one. Densifying once per
-    # update costs one vocab×hidden add; the micro-steps stay sparse.
-    scale = 1.0 / tf.maximum(tokens, 1.0)
-    gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
-    variables = self.model.trainable_variables
-    if self.weight_decay > 0:
-      gradients = [_add_weight_decay(g, v, self.weight_decay)
-                   for g, v in zip(gradients, variables)]
-    if self.clip_grad_norm > 0:
-      gradients, _ = tf.clip_by_global_norm(gradients, self.clip_grad_norm)
-    self.optimizer.apply(gradients, variables)
+    def _update_body(self, batch):
+        gradients, loss_sum, tokens = self._gradients(batch)
+        if self.accumulator is not None:
+            self.accumulator.add(gradients, loss_sum, tokens)
+            window_gradients, window_loss, window_tokens = self.accumulator.read()
+        else:
+            window_gradients, window_loss, window_tokens = gradients, loss_sum, tokens
+        self._update(window_gradients, window_loss, window_tokens)
+        if self.accumulator is not None:
+            self.accumulator.reset()
+        self.global_step.assign_add(1)
+        return {"loss_sum": loss_sum, "tokens": tokens}
+
+    def _update(self, gradients, loss_sum, tokens):
+        """All-reduce once, normalize by tokens, decay, clip, apply."""
+        context = tf.distribute.get_replica_context()
+        reduced = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens]
+        )
+        gradients, tokens = reduced[:-2], reduced[-1]
+        # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
+        # rows absent from the batch are not decayed), which is not T2T's Adam and would
+        # make an accumulated update differ from the big-batch one. Densifying once per
+        # update costs one vocab×hidden add; the micro-steps stay sparse.
+        scale = 1.0 / tf.maximum(tokens, 1.0)
+        gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
+        variables = self.model.trainable_variables
+        if self.weight_decay > 0:
+            gradients = [
+                _add_weight_decay(g, v, self.weight_decay)
+                for g, v in zip(gradients, variables)
+            ]
+        if self.clip_grad_norm > 0:
+            gradients, _ = tf.clip_by_global_norm(gradients, self.clip_grad_norm)
+        self.optimizer.apply(gradients, variables)
 
 
 def _add_weight_decay(gradient, variable, rate):
-  """T2T's weight decay: L2 on weight matrices only (rank > 1), not biases/norms."""
-  if len(variable.shape) <= 1:
-    return gradient
-  return gradient + rate * tf.convert_to_tensor(variable)
+    """T2T's weight decay: L2 on weight matrices only (rank > 1), not biases/norms."""
+    if len(variable.shape) <= 1:
+        return gradient
+    return gradient + rate * tf.convert_to_tensor(variable)
 
 
 def _skip_keras_all_reduce(optimizer):
-  """Keras 3's TF optimizers all-reduce gradients inside `apply` when called in a
-  replica context. `_update` has already summed gradients and token counts across
-  replicas in ONE all-reduce (the counts must be summed before normalizing, and the
-  clip norm needs the summed gradient), so a second reduction would multiply the
-  update by the number of replicas. Keras has no public switch; this replaces the
-  private hook on this instance only. The MirroredStrategy equivalence test fails
-  if a Keras release renames it."""
-  if not hasattr(optimizer, "_all_reduce_sum_gradients"):
-    raise RuntimeError("This Keras version has no Optimizer._all_reduce_sum_gradients;"
-                       " t2t_lite's single all-reduce per update needs updating.")
-  optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars
+    """Keras 3's TF optimizers all-reduce gradients inside `apply` when called in a
+    replica context. `_update` has already summed gradients and token counts across
+    replicas in ONE all-reduce (the counts must be summed before normalizing, and the
+    clip norm needs the summed gradient), so a second reduction would multiply the
+    update by the number of replicas. Keras has no public switch; this replaces the
+    private hook on this instance only. The MirroredStrategy equivalence test fails
+    if a Keras release renames it."""
+    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+        raise RuntimeError(
+            "This Keras version has no Optimizer._all_reduce_sum_gradients;"
+            " t2t_lite's single all-reduce per update needs updating."
+        )
+    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars
