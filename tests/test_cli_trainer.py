@@ -95,6 +95,21 @@ def test_refuses_a_run_with_other_hparams_and_keeps_its_checkpoints(trained_dir)
     assert _checkpoint_files(out) == before
 
 
+def test_refuses_a_run_of_another_problem_and_keeps_its_checkpoints(trained_dir):
+    out = trained_dir[0]
+    before = _checkpoint_files(out)
+    flags = [f for f in COMMON if not f.startswith("--problem")]
+    result = _trainer(
+        *flags,
+        "--problem=algorithmic_identity",
+        f"--output_dir={out}",
+        "--train_steps=16",
+        "--hparams=optimizer_multistep_accumulate_steps=2",
+    )
+    _assert_clean_error(result, "algorithmic_identity", out)
+    assert _checkpoint_files(out) == before
+
+
 @pytest.mark.parametrize(
     "flags, words",
     [

@@ -95,6 +95,23 @@ class Problem:
         """Number of ids, reserved ones included: every id is < vocab_size."""
         raise NotImplementedError(f"{type(self).__name__} must define vocab_size.")
 
+    def load(self, data_dir):
+        """Reads what the problem keeps in `data_dir` (e.g. its vocabulary).
+
+        Called once by the trainer before `vocab_size` is used. In-process problems
+        keep nothing on disk; file-backed problems override this and raise a
+        one-line t2t_lite.errors.UserError for missing or bad files.
+        """
+        del data_dir
+
+    def vocab_fingerprint(self):
+        """A string that changes whenever the id ↔ token mapping changes.
+
+        Stored next to a run's checkpoints so a restart with another vocabulary is
+        refused instead of silently training on scrambled ids.
+        """
+        return f"{self.name}:{self.vocab_size}"
+
     def generate(self, split):
         """Returns a list of (inputs, targets) int lists, each ending with EOS."""
         raise NotImplementedError(f"{type(self).__name__} must define generate().")

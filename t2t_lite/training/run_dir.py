@@ -2,6 +2,7 @@
 
 Layout (T2T-like):
   OUTPUT_DIR/hparams.json          hparams of the run (refuses a restart with others)
+  OUTPUT_DIR/run.json              problem, model and vocabulary fingerprint of the run
   OUTPUT_DIR/checkpoint, model-N.* tf.train.CheckpointManager files
   OUTPUT_DIR/metrics.jsonl         one JSON line per evaluation
   OUTPUT_DIR/train/, eval/         TensorBoard event files
@@ -14,6 +15,7 @@ from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, HParamsError
 
 HPARAMS_FILE = "hparams.json"
+RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -58,6 +60,31 @@ def prepare_output_dir(output_dir, hp):
             f"--output_dir '{output_dir}' holds a run with different hparams "
             f"({details}); use a new --output_dir or the same hparams."
         )
+
+
+def check_run_identity(output_dir, identity):
+    """Stores {problem, model, vocab_fingerprint, ...} or checks it against the stored one.
+
+    A checkpoint trained with one vocabulary (or model) must not be continued with
+    another: the ids would silently mean different tokens.
+    """
+    path = os.path.join(output_dir, RUN_FILE)
+    if not os.path.exists(path):
+        write_atomically(path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
+        return
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(
+            f"{path} is unreadable ({e}); restore it or use a new --output_dir."
+        ) from None
+    for key, value in identity.items():
+        if stored.get(key) != value:
+            raise UserError(
+                f"--output_dir '{output_dir}' holds a run with {key} "
+                f"{stored.get(key)!r}, not {value!r}; use a new --output_dir."
+            )
 
 
 def append_metrics(output_dir, record):

@@ -58,9 +58,18 @@ class Trainer:
         self.hp = hp
         self.strategy = strategy or tf.distribute.get_strategy()
         self.problem = PROBLEMS.get(config.problem)()
+        self.problem.load(config.data_dir or None)
         model_class = MODELS.get(config.model)
         self.n = accumulate_steps(hp)
         run_dir.prepare_output_dir(config.output_dir, hp)
+        run_dir.check_run_identity(
+            config.output_dir,
+            {
+                "problem": config.problem,
+                "model": config.model,
+                "vocab_fingerprint": self.problem.vocab_fingerprint(),
+            },
+        )
         keras.utils.set_random_seed(config.random_seed)
         with self.strategy.scope():
             self.model = model_class.from_hparams(hp, self.problem.vocab_size)
