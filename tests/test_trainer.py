@@ -40,7 +40,7 @@ def test_resume_mid_window_equals_uninterrupted_run(tmp_path):
 
     first = _trainer(tmp_path / "resumed", stop)
     first.train()
-    checkpoint = first.manager.latest_checkpoint
+    checkpoint = first.checkpoints.latest
     tokens = tf.train.load_variable(
         checkpoint, "accumulator/tokens/.ATTRIBUTES/VARIABLE_VALUE"
     )

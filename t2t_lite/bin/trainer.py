@@ -5,6 +5,7 @@ from absl import flags, logging
 from t2t_lite import registry
 from t2t_lite.bin import common
 from t2t_lite.errors import UserError
+from t2t_lite.hparams_checks import validate
 from t2t_lite.training.trainer import RunConfig, Trainer
 
 FLAGS = flags.FLAGS
@@ -64,7 +65,7 @@ def _check_flags():
 def build_hparams(hparams_set, overrides):
     """The named set with overrides applied (unknown names and keys: one-line errors)."""
     hp = registry.HPARAMS_SETS.get(hparams_set)()
-    return hp.parse(overrides)
+    return validate(hp.parse(overrides))
 
 
 def main(argv):
@@ -90,7 +91,15 @@ def main(argv):
         log_steps=FLAGS.log_steps,
         random_seed=FLAGS.random_seed,
     )
-    record = Trainer(config, hp).train()
+    trainer = Trainer(config, hp)
+    record = trainer.train()
+    if trainer.stopped_by:
+        print(
+            f"t2t-trainer: stopped by {trainer.stopped_by} at step "
+            f"{trainer.step.micro_step} (update {trainer.step.update_step}); "
+            f"checkpoint saved in {FLAGS.output_dir}. Run the same command to resume."
+        )
+        return 0
     print(
         f"Final eval at step {record['global_step']} (update "
         f"{record['update_step']}): loss {record['loss']:.4f}, accuracy "

@@ -66,6 +66,10 @@ class TrainStep:
                 name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+            # Divergence guard: updates skipped because the window's loss or gradient
+            # was NaN/Inf, in a row (reset by a good update) and in total.
+            self.bad_updates_in_a_row = _counter("bad_updates_in_a_row")
+            self.skipped_updates = _counter("skipped_updates")
             self.optimizer.build(model.trainable_variables)
             _skip_keras_all_reduce(self.optimizer)
             self.accumulator = (
@@ -101,6 +105,8 @@ class TrainStep:
             "model": self.model,
             "optimizer": self.optimizer,
             "global_step": self.global_step,
+            "bad_updates_in_a_row": self.bad_updates_in_a_row,
+            "skipped_updates": self.skipped_updates,
         }
         if self.accumulator is not None:
             items["accumulator"] = self.accumulator
@@ -155,12 +161,17 @@ class TrainStep:
         return {"loss_sum": loss_sum, "tokens": tokens}
 
     def _update(self, gradients, loss_sum, tokens):
-        """All-reduce once, normalize by tokens, decay, clip, apply."""
+        """All-reduce once, normalize by tokens, decay, clip, apply — or skip.
+
+        A NaN/Inf loss or gradient norm skips the whole update (weights, slots and
+        the update count stay as they were) and is counted; the loop stops the run
+        after `max_consecutive_bad_updates` in a row.
+        """
         context = tf.distribute.get_replica_context()
         reduced = context.all_reduce(
             tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens]
         )
-        gradients, tokens = reduced[:-2], reduced[-1]
+        gradients, loss_sum, tokens = reduced[:-2], reduced[-2], reduced[-1]
         # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
         # rows absent from the batch are not decayed), which is not T2T's Adam and would
         # make an accumulated update differ from the big-batch one. Densifying once per
@@ -173,9 +184,59 @@ class TrainStep:
                 _add_weight_decay(g, v, self.weight_decay)
                 for g, v in zip(gradients, variables)
             ]
+        norm = tf.linalg.global_norm(gradients)
         if self.clip_grad_norm > 0:
-            gradients, _ = tf.clip_by_global_norm(gradients, self.clip_grad_norm)
-        self.optimizer.apply(gradients, variables)
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self.clip_grad_norm, use_norm=norm
+            )
+        finite = tf.math.is_finite(loss_sum) & tf.math.is_finite(norm)
+        self._apply_or_skip(finite, gradients)
+
+    def _apply_or_skip(self, finite, gradients):
+        """tf.cond(finite, apply, skip), placed where tf.distribute allows it.
+
+        Keras's apply synchronizes replicas (merge_call), which tf.distribute forbids
+        inside a tf.cond in replica context; then the cond runs in cross-replica
+        context around a per-replica apply, as Keras's LossScaleOptimizer does.
+        `finite` is the same on every replica (it comes from all-reduced values).
+        """
+        variables = self.model.trainable_variables
+
+        def apply(gradients):
+            self.optimizer.apply(gradients, variables)
+            self.bad_updates_in_a_row.assign(0)
+
+        def skip():
+            self.bad_updates_in_a_row.assign_add(1)
+            self.skipped_updates.assign_add(1)
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(finite, lambda: apply(gradients), skip)
+            return
+
+        def cross_replica(distribution, finite, gradients):
+            finite = distribution.experimental_local_results(finite)[0]
+            tf.cond(
+                finite,
+                lambda: distribution.extended.call_for_each_replica(
+                    apply, args=(gradients,)
+                ),
+                skip,
+            )
+
+        tf.distribute.get_replica_context().merge_call(
+            cross_replica, args=(finite, gradients)
+        )
+
+
+def _counter(name):
+    return tf.Variable(
+        0,
+        dtype=tf.int64,
+        trainable=False,
+        name=name,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )
 
 
 def _add_weight_decay(gradient, variable, rate):

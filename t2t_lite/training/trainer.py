@@ -5,21 +5,28 @@ the flags).
 """
 
 import dataclasses
-import math
 import os
-import time
 
 import keras
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite.data.pipeline import make_dataset
+from t2t_lite.errors import UserError
+from t2t_lite.hparams_checks import validate
 from t2t_lite.optim.optimizers import optimizer_from_hparams
 from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
 from t2t_lite.registry import MODELS, PROBLEMS
 from t2t_lite.training import run_dir
+from t2t_lite.training.checkpoints import CheckpointKeeper
 from t2t_lite.training.evaluation import Evaluator
+from t2t_lite.training.preemption import StopRequest
+from t2t_lite.training.progress import ThroughputMeter, format_seconds
 from t2t_lite.training.train_step import TrainStep
+
+
+class DivergenceError(UserError):
+    """Too many NaN/Inf updates in a row; the message says what to do."""
 
 
 @dataclasses.dataclass
@@ -55,7 +62,8 @@ class Trainer:
 
     def __init__(self, config, hp, strategy=None):
         self.config = config
-        self.hp = hp
+        self.hp = validate(hp)
+        self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
         self.strategy = strategy or tf.distribute.get_strategy()
         self.problem = PROBLEMS.get(config.problem)()
         self.problem.load(config.data_dir or None)
@@ -89,32 +97,31 @@ class Trainer:
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
         self.checkpoint = tf.train.Checkpoint(**self.step.checkpoint_items())
         self._writers = {}  # TensorBoard writers by subdirectory, opened on first use
-        self.manager = tf.train.CheckpointManager(
+        self.checkpoints = CheckpointKeeper(
             self.checkpoint,
             config.output_dir,
-            max_to_keep=config.keep_checkpoint_max,
-            checkpoint_name="model",
+            config.keep_checkpoint_max,
+            self.model.trainable_variables,
         )
 
     # --- checkpoints --------------------------------------------------------------
 
     def restore(self):
-        """Restores the latest checkpoint in output_dir, if any; returns the global step."""
-        latest = self.manager.latest_checkpoint
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        """Restores the newest readable checkpoint, if any; returns the global step."""
+        path = self.checkpoints.restore_newest_readable()
+        if path:
             logging.info(
                 "Resumed from %s (global step %d, update %d).",
-                latest,
+                path,
                 self.step.micro_step,
                 self.step.update_step,
             )
         return self.step.micro_step
 
     def save(self):
-        step = self.step.micro_step
-        path = self.manager.save(checkpoint_number=step)
-        logging.info("Saved checkpoint %s.", path)
+        path = self.checkpoints.save(self.step.micro_step)
+        if path:
+            logging.info("Saved checkpoint %s.", path)
 
     # --- data ---------------------------------------------------------------------
 
@@ -166,7 +173,12 @@ class Trainer:
     # --- the loop -------------------------------------------------------------------
 
     def train(self):
-        """Trains up to train_steps micro-steps; returns the final evaluation record."""
+        """Trains up to train_steps micro-steps; returns the final evaluation record.
+
+        Returns None when a SIGTERM/SIGINT stopped the run early (after saving a
+        checkpoint; `stopped_by` names the signal). Raises DivergenceError after
+        max_consecutive_bad_updates NaN/Inf updates in a row.
+        """
         config = self.config
         # The input iterator is checkpointed with the model (shuffle buffer and bucket
         # contents included), so a resumed run sees exactly the batches an uninterrupted
@@ -175,29 +187,56 @@ class Trainer:
         self.checkpoint.train_iterator = batches
         start = self.restore()
         logging.info(simulation_line(self.hp, self.strategy.num_replicas_in_sync))
-        meter = _ThroughputMeter(start, config.train_steps)
-        last_saved = start
-        record = None
-        for step in range(start, config.train_steps):
-            out = self.step(next(batches), step)
-            meter.add(out)
-            done = step + 1
-            record = None
-            if done % config.log_steps == 0 or done == config.train_steps:
-                self._log(meter, done)
-            if done % config.save_checkpoints_steps == 0:
-                self.save()
-                last_saved = done
-            if (
-                config.local_eval_frequency > 0
-                and done % config.local_eval_frequency == 0
-            ):
-                record = self.evaluate()
+        meter = ThroughputMeter(start, config.train_steps)
+        record, last_saved = None, start
+        with StopRequest() as stop:
+            for step in range(start, config.train_steps):
+                out = self.step(next(batches), step)
+                meter.add(out)
+                done, record = step + 1, None
+                if self.step.is_update_micro_step(step):
+                    self._check_divergence(done)
+                if done % config.log_steps == 0 or done == config.train_steps:
+                    self._log(meter, done)
+                if done % config.save_checkpoints_steps == 0 or stop.requested:
+                    self.save()
+                    last_saved = done
+                if stop.requested:
+                    self.stopped_by = stop.requested
+                    self._close_writers()
+                    return None
+                if (
+                    config.local_eval_frequency
+                    and done % config.local_eval_frequency == 0
+                ):
+                    record = self.evaluate()
         if last_saved != config.train_steps and start < config.train_steps:
             self.save()
         record = record or self.evaluate()
         self._close_writers()
         return record
+
+    def _check_divergence(self, done):
+        """Logs skipped updates; raises DivergenceError after too many in a row."""
+        in_a_row = int(tf.convert_to_tensor(self.step.bad_updates_in_a_row))
+        if not in_a_row:
+            return
+        total = int(tf.convert_to_tensor(self.step.skipped_updates))
+        logging.warning(
+            "Skipped the update ending at step %d: NaN/Inf loss or gradient "
+            "(%d in a row, %d in total).",
+            done,
+            in_a_row,
+            total,
+        )
+        if in_a_row >= self.hp.max_consecutive_bad_updates:
+            self._close_writers()
+            raise DivergenceError(
+                f"training diverged: {in_a_row} updates in a row had a NaN/Inf loss "
+                f"or gradient (last at step {done}); the newest good checkpoint is "
+                f"{self.checkpoints.latest}. Lower learning_rate_constant or set "
+                "clip_grad_norm, then rerun to resume from it."
+            )
 
     def _log(self, meter, done):
         loss, tokens_per_s, eta = meter.take()
@@ -207,6 +246,9 @@ class Trainer:
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)
             tf.summary.scalar("tokens_per_second", tokens_per_s)
+            tf.summary.scalar(
+                "skipped_updates", tf.convert_to_tensor(self.step.skipped_updates)
+            )
         logging.info(
             "step %d, update %d, loss %.4f, lr %.3g, %.0f tokens/s, ETA %s",
             done,
@@ -214,46 +256,12 @@ class Trainer:
             loss,
             rate,
             tokens_per_s,
-            _format_seconds(eta),
+            format_seconds(eta),
         )
 
     def _close_writers(self):
         for writer in self._writers.values():
             writer.close()
-
-
-class _ThroughputMeter:
-    """Loss per token and target tokens/s since the last log line, and the ETA."""
-
-    def __init__(self, start_step, total_steps):
-        self.step, self.total = start_step, total_steps
-        self.loss_sum = self.tokens = 0.0
-        self.steps = 0
-        self.since = time.perf_counter()
-
-    def add(self, out):
-        self.loss_sum += float(out["loss_sum"])
-        self.tokens += float(out["tokens"])
-        self.steps += 1
-
-    def take(self):
-        elapsed = max(time.perf_counter() - self.since, 1e-9)
-        self.step += self.steps
-        loss = self.loss_sum / max(self.tokens, 1.0)
-        tokens_per_s = self.tokens / elapsed
-        eta = (self.total - self.step) * elapsed / max(self.steps, 1)
-        self.loss_sum = self.tokens = 0.0
-        self.steps = 0
-        self.since = time.perf_counter()
-        return loss, tokens_per_s, eta
-
-
-def _format_seconds(seconds):
-    if not math.isfinite(seconds):
-        return "?"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def _dummy_batch():
