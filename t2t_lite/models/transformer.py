@@ -12,11 +12,17 @@ import tensorflow as tf
 NEG_INF = -1e9  # T2T's large negative attention bias for masked positions.
 
 
-def _dropout(x, rate, training):
-    """tf.nn.dropout, an exact no-op unless training with rate > 0."""
+def _dropout(x, rate, training, seed_generator):
+    """Dropout, an exact no-op unless training with rate > 0.
+
+    Masks come from the layer's keras.random.SeedGenerator: seeded by
+    keras.utils.set_random_seed, and its state is checkpointed (see
+    `Transformer.rng_state`), so a resumed run draws the masks an uninterrupted run
+    would have drawn.
+    """
     if not training or not rate:
         return x
-    return tf.nn.dropout(x, rate=rate)
+    return keras.random.dropout(x, rate=rate, seed=seed_generator)
 
 
 def _uniform_unit_scaling(gain):
@@ -116,6 +122,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self, hidden_size, num_heads, attention_dropout, initializer_gain=1.0, **kwargs
     ):
         super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         if hidden_size % num_heads:
             raise ValueError(
                 f"hidden_size ({hidden_size}) must be divisible by "
@@ -156,7 +163,9 @@ class MultiHeadAttention(keras.layers.Layer):
         q *= (self.hidden_size // self.num_heads) ** -0.5
         logits = tf.matmul(q, k, transpose_b=True)  # [batch, heads, q_len, k_len]
         weights = tf.nn.softmax(logits + bias)
-        weights = _dropout(weights, self.attention_dropout, training)
+        weights = _dropout(
+            weights, self.attention_dropout, training, self.seed_generator
+        )
         out = tf.matmul(weights, v)  # [batch, heads, q_len, depth]
         return self.output_dense(self._combine_heads(out))  # [batch, q_len, hidden]
 
@@ -172,6 +181,7 @@ class FeedForward(keras.layers.Layer):
         self, hidden_size, filter_size, relu_dropout, initializer_gain=1.0, **kwargs
     ):
         super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         self.hidden_size = hidden_size
         self.filter_size = filter_size
         self.relu_dropout = relu_dropout
@@ -186,7 +196,7 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, x, training=False):
         h = self.filter_dense(x)  # [batch, length, filter]
-        h = _dropout(h, self.relu_dropout, training)
+        h = _dropout(h, self.relu_dropout, training, self.seed_generator)
         return self.output_dense(h)  # [batch, length, hidden]
 
     def get_config(self):
@@ -210,6 +220,7 @@ class _TransformerLayerBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         self.hidden_size = hidden_size
         self.filter_size = filter_size
         self.num_heads = num_heads
@@ -237,7 +248,9 @@ class _TransformerLayerBase(keras.layers.Layer):
 
     def _residual(self, x, y, training):
         """Postprocess "da": dropout then residual add."""
-        return x + _dropout(y, self.layer_prepostprocess_dropout, training)
+        return x + _dropout(
+            y, self.layer_prepostprocess_dropout, training, self.seed_generator
+        )
 
     def get_config(self):
         names = (
@@ -325,6 +338,7 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.filter_size = filter_size
@@ -401,7 +415,9 @@ class Transformer(keras.Model):
     def _add_timing_and_dropout(self, x, training):
         """x [batch, length, hidden] (already scaled): + sinusoid, then dropout."""
         x += get_timing_signal_1d(tf.shape(x)[1], self.hidden_size)
-        return _dropout(x, self.layer_prepostprocess_dropout, training)
+        return _dropout(
+            x, self.layer_prepostprocess_dropout, training, self.seed_generator
+        )
 
     def encode(self, inputs, training=False):
         """inputs int [batch, src_len] -> (encoder_output [batch, src_len, hidden],

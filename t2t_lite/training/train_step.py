@@ -105,6 +105,9 @@ class TrainStep:
             "model": self.model,
             "optimizer": self.optimizer,
             "global_step": self.global_step,
+            # Keras tracks non-trainable state such as the dropout SeedGenerators'
+            # states outside the TF object graph; list it so it is saved too.
+            "model_state": list(self.model.non_trainable_variables),
             "bad_updates_in_a_row": self.bad_updates_in_a_row,
             "skipped_updates": self.skipped_updates,
         }
