@@ -42,6 +42,12 @@ flags.DEFINE_integer("log_steps", 100, "Log a progress line every this many step
 flags.DEFINE_integer(
     "random_seed", 1, "Seed for initialization, dropout and shuffling."
 )
+flags.DEFINE_boolean(
+    "deterministic",
+    False,
+    "Enable TensorFlow op determinism: two runs with the same flags give bitwise "
+    "identical weights (slower; see README).",
+)
 flags.DEFINE_boolean("registry_help", False, "List every registered name and exit.")
 
 
@@ -90,6 +96,7 @@ def main(argv):
         keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_steps=FLAGS.log_steps,
         random_seed=FLAGS.random_seed,
+        deterministic=FLAGS.deterministic,
     )
     trainer = Trainer(config, hp)
     record = trainer.train()

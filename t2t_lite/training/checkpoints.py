@@ -15,7 +15,14 @@ from absl import logging
 from t2t_lite.errors import UserError
 
 # What a damaged or mismatched checkpoint raises while being restored.
-_RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError)
+_RESTORE_ERRORS = (
+    tf.errors.OpError,
+    ValueError,
+    AssertionError,
+    IndexError,  # "Read less bytes than requested" from a truncated data file
+    KeyError,
+    OSError,
+)
 
 
 def _first_line(error):

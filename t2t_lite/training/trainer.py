@@ -44,6 +44,7 @@ class RunConfig:
     keep_checkpoint_max: int = 20
     log_steps: int = 100
     random_seed: int = 1
+    deterministic: bool = False  # TF op determinism: bitwise-repeatable runs, slower
 
 
 def simulation_line(hp, replicas):
@@ -53,7 +54,7 @@ def simulation_line(hp, replicas):
     return (
         f"micro-batch {hp.batch_size} tokens × {n} accumulation steps × "
         f"{replicas} replica{'s' if replicas != 1 else ''} = {per_update} "
-        f"tokens/update (simulating {n * replicas} GPUs)"
+        f"tokens/update (simulating {n * replicas} GPU{'s' if n * replicas != 1 else ''})"
     )
 
 
@@ -78,6 +79,8 @@ class Trainer:
                 "vocab_fingerprint": self.problem.vocab_fingerprint(),
             },
         )
+        if config.deterministic:
+            tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.random_seed)
         with self.strategy.scope():
             self.model = model_class.from_hparams(hp, self.problem.vocab_size)
