@@ -8,6 +8,7 @@ keys. This is ml_collections' locked ConfigDict idea, and the cure for T2T's
 
 import difflib
 import json
+import math
 
 from t2t_lite.errors import UserError
 
@@ -40,21 +41,30 @@ def coerce_value(key, value, kind):
                 pass
         elif kind is float:
             try:
-                return float(text)
+                number = float(text)
             except ValueError:
-                pass
+                number = None
+            if number is not None:
+                return _finite(key, number)
         elif kind is str:
             return text
         raise HParamsError(
             f"hparam '{key}' expects type {kind.__name__}, got '{value}'."
         )
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if type(value) is not kind:  # bool is an int subclass: compare exactly.
         raise HParamsError(
             f"hparam '{key}' expects type {kind.__name__}, got "
             f"{value!r} ({type(value).__name__})."
         )
+    return _finite(key, value) if kind is float else value
+
+
+def _finite(key, value):
+    """NaN and Inf parse as floats but are never a meaningful hyperparameter."""
+    if not math.isfinite(value):
+        raise HParamsError(f"hparam '{key}' must be a finite number, got {value}.")
     return value
 
 

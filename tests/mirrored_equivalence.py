@@ -6,6 +6,7 @@ Prints one JSON line: {"adam_ratio", "momentum_ratio", "double_reduce_ratio",
 """
 
 import json
+import re
 import sys
 
 import tensorflow as tf
@@ -57,7 +58,23 @@ def mirrored_run(strategy, start, micro, optimizer_name, keep_keras_all_reduce=F
             }
         )
         step(batch, micro_step)
-    return model, step
+    return model, step, batch
+
+
+def cross_device_ops(function, batch):
+    """Ops of the traced function whose inputs come from more than one device:
+    the places where replicas talk to each other."""
+    graph = function.get_concrete_function(batch).graph
+    return [
+        op.type
+        for op in graph.get_operations()
+        if len({_device(i.op.device) for i in op.inputs} - {None}) > 1
+    ]
+
+
+def _device(name):
+    match = re.search(r"CPU:(\d+)", name or "")
+    return match.group(1) if match else None
 
 
 def big_batch_run(micro, optimizer_name):
@@ -83,12 +100,18 @@ def main():
     report = {}
     for name in ("adam", "momentum"):
         big, start = big_batch_run(micro, name)
-        model, step = mirrored_run(strategy, start, micro, name)
+        model, step, batch = mirrored_run(strategy, start, micro, name)
         report[f"{name}_ratio"] = tolerance_ratio(model, big)
         report.update(updates=step.update_step, micro_steps=step.micro_step)
+    report["accumulate_cross_device_ops"] = len(
+        cross_device_ops(step.accumulate, batch)
+    )
+    report["update_cross_device_ops"] = len(
+        cross_device_ops(step.accumulate_and_update, batch)
+    )
     # Momentum SGD is not scale-invariant (Adam nearly is), so it exposes a second
     # all-reduce, which would double every update.
-    doubled, _ = mirrored_run(
+    doubled, _, _ = mirrored_run(
         strategy, start, micro, "momentum", keep_keras_all_reduce=True
     )
     report["double_reduce_ratio"] = tolerance_ratio(doubled, big)

@@ -73,7 +73,7 @@ def test_consecutive_bad_updates_stop_the_run_and_keep_the_good_checkpoint(
         trainer.train()
     assert "model-4" in str(info.value) and "\n" not in str(info.value)
     assert int(trainer.step.skipped_updates) == 3
-    assert "Skipped the update" in caplog.text
+    assert "Skipped updates with a NaN/Inf" in caplog.text
     assert "Not saving checkpoint" in caplog.text
     assert trainer.checkpoints.latest.endswith("model-4")
     reader = tf.train.load_checkpoint(trainer.checkpoints.latest)
@@ -91,6 +91,21 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog
     resumed = _trainer(tmp_path, 4)
     assert resumed.restore() == 2
     assert "model-4" in caplog.text and "damaged" in caplog.text
+
+
+@pytest.mark.parametrize("damage", [b"garbage{{", b"", None])
+def test_a_damaged_or_missing_state_file_loses_no_checkpoint(tmp_path, damage):
+    _trainer(tmp_path, 4).train()  # checkpoints model-2 and model-4
+    state = os.path.join(tmp_path, "checkpoint")
+    if damage is None:
+        os.remove(state)
+    else:
+        with open(state, "wb") as f:
+            f.write(damage)
+    resumed = _trainer(tmp_path, 6)
+    assert resumed.restore() == 4  # found on disk, not through the state file
+    resumed.train()
+    assert os.path.exists(os.path.join(tmp_path, "model-6.index"))
 
 
 def test_no_readable_checkpoint_is_a_clear_error(tmp_path):

@@ -31,5 +31,8 @@ def run_main(main, program):
             return main(argv)
         except UserError as e:
             return _error(program, e)
+        except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: stop now, no traceback
+            print(f"{program}: interrupted.", file=sys.stderr)
+            return 130
 
     app.run(guarded, flags_parser=parse_flags)

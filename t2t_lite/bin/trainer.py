@@ -62,6 +62,10 @@ def _check_flags():
     ):
         if FLAGS[name].value <= 0:
             raise UserError(f"--{name} must be > 0, got {FLAGS[name].value}.")
+    if not 0 <= FLAGS.random_seed < 2**32:
+        raise UserError(
+            f"--random_seed must be in [0, 2**32), got {FLAGS.random_seed}."
+        )
     if FLAGS.local_eval_frequency < 0:
         raise UserError(
             f"--local_eval_frequency must be >= 0, got {FLAGS.local_eval_frequency}."
@@ -103,8 +107,8 @@ def main(argv):
     if trainer.stopped_by:
         print(
             f"t2t-trainer: stopped by {trainer.stopped_by} at step "
-            f"{trainer.step.micro_step} (update {trainer.step.update_step}); "
-            f"checkpoint saved in {FLAGS.output_dir}. Run the same command to resume."
+            f"{trainer.step.micro_step} (update {trainer.step.update_step}); newest "
+            f"checkpoint: {trainer.checkpoints.latest}. Run the same command to resume."
         )
         return 0
     print(

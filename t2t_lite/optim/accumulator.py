@@ -64,12 +64,19 @@ class GradientAccumulator(tf.Module):
         self.loss_sum.assign_add(loss_sum)
         self.tokens.assign_add(tokens)
 
-    def read(self):
-        """(gradients, loss_sum, tokens) as tensors of this replica's sums."""
+    def plus(self, gradients, loss_sum, tokens):
+        """(window gradients, loss sum, tokens): the accumulated sums plus this last
+        micro-batch, without writing it into the accumulators first (they are reset
+        right after). IndexedSlices become dense here, once per update."""
         return (
-            [tf.identity(g) for g in self.gradients],
-            tf.identity(self.loss_sum),
-            tf.identity(self.tokens),
+            [
+                accumulator + tf.cast(tf.convert_to_tensor(g), tf.float32)
+                if g is not None
+                else tf.identity(accumulator)
+                for accumulator, g in zip(self.gradients, gradients)
+            ],
+            self.loss_sum + loss_sum,
+            self.tokens + tokens,
         )
 
     def reset(self):

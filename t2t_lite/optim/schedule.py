@@ -44,7 +44,8 @@ def linear_warmup(step, c):
 
 
 def rsqrt_decay(step, c):
-    return tf.math.rsqrt(tf.maximum(step, float(c.warmup_steps)))
+    # max(..., 1): with warmup 0, T2T's rsqrt(0) is inf (and inf * 0 = NaN at step 0).
+    return tf.math.rsqrt(tf.maximum(step, max(float(c.warmup_steps), 1.0)))
 
 
 def rsqrt_normalized_decay(step, c):

@@ -9,20 +9,31 @@ tensor carries a CRC32C in the index, so damage is detected on restore; here a d
 newest checkpoint is reported by name and the previous one is used.
 """
 
+import glob
+import os
+import re
+
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
 
-# What a damaged or mismatched checkpoint raises while being restored.
-_RESTORE_ERRORS = (
-    tf.errors.OpError,
-    ValueError,
-    AssertionError,
+# What a damaged checkpoint raises while being restored: fall back to the previous
+# one. Anything else (permission denied, an unavailable file system, a checkpoint of
+# another model) is reported instead: falling back would silently roll the run back
+# and later overwrite the newer, good checkpoint.
+_DAMAGE_ERRORS = (
+    tf.errors.DataLossError,  # CRC mismatch, corrupt index
+    tf.errors.NotFoundError,  # a missing shard
+    tf.errors.OutOfRangeError,
     IndexError,  # "Read less bytes than requested" from a truncated data file
-    KeyError,
-    OSError,
 )
+_STATE_FILE = "checkpoint"
+
+
+def _step_number(prefix):
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
 
 
 def _first_line(error):
@@ -36,37 +47,83 @@ class CheckpointKeeper:
     def __init__(self, checkpoint, directory, max_to_keep, variables):
         self.checkpoint = checkpoint
         self.directory = directory
-        self.manager = tf.train.CheckpointManager(
-            checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="model"
-        )
+        if max_to_keep < 2:
+            logging.warning(
+                "keep_checkpoint_max=%d leaves no previous checkpoint to fall back "
+                "to if the newest one is damaged.",
+                max_to_keep,
+            )
+        self.manager = self._manager(max_to_keep)
         self._all_finite = tf.function(
             lambda: tf.reduce_all(
                 [tf.reduce_all(tf.math.is_finite(v)) for v in variables]
             )
         )
 
+    def _manager(self, max_to_keep):
+        """A CheckpointManager; a damaged state file is moved aside, not trusted.
+
+        The state file only lists checkpoints; the checkpoints themselves are found
+        on disk by `_candidates`, so losing it loses nothing.
+        """
+
+        def make():
+            return tf.train.CheckpointManager(
+                self.checkpoint,
+                self.directory,
+                max_to_keep=max_to_keep,
+                checkpoint_name="model",
+            )
+
+        try:
+            return make()
+        except (ValueError, tf.errors.OpError) as e:
+            state = os.path.join(self.directory, _STATE_FILE)
+            os.replace(state, state + ".damaged")
+            logging.warning(
+                "Checkpoint state file %s is damaged (%s); moved it to %s.damaged.",
+                state,
+                _first_line(e),
+                state,
+            )
+            return make()
+
     @property
     def latest(self):
-        return self.manager.latest_checkpoint
+        candidates = self._candidates()
+        return candidates[0] if candidates else None
+
+    def _candidates(self):
+        """Checkpoint prefixes on disk, newest first: those the state file lists
+        and any model-N whose index file exists (the state file may be damaged)."""
+        prefixes = set(self.manager.checkpoints)
+        for index in glob.glob(os.path.join(self.directory, "model-*.index")):
+            prefixes.add(index[: -len(".index")])
+        return sorted(prefixes, key=_step_number, reverse=True)
 
     def restore_newest_readable(self):
         """Restores the newest checkpoint that reads back intact; returns its path.
 
         Returns None when the directory has no checkpoint. Raises UserError when it
-        has some but none of them is readable.
+        has some but none is readable, or when one cannot be read for a reason
+        other than damage.
         """
-        candidates = list(reversed(self.manager.checkpoints))
+        candidates = self._candidates()
         for path in candidates:
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
                 return path
-            except _RESTORE_ERRORS as e:
+            except _DAMAGE_ERRORS as e:
                 logging.warning(
-                    "Checkpoint %s is damaged or does not match this model (%s); "
-                    "trying the previous one.",
+                    "Checkpoint %s is damaged (%s); trying the previous one.",
                     path,
                     _first_line(e),
                 )
+            except (tf.errors.OpError, ValueError, AssertionError, OSError) as e:
+                raise UserError(
+                    f"cannot restore checkpoint {path}: {_first_line(e)} (is it from "
+                    "another model or t2t_lite version?); use a new --output_dir."
+                ) from None
         if candidates:
             raise UserError(
                 f"no readable checkpoint in --output_dir '{self.directory}' (tried "

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
+
 from t2t_lite.models.transformer import token_accuracy, token_loss
 
 _BATCH_SIGNATURE = (
@@ -28,20 +30,27 @@ class Evaluator:
         correct, _, correct_seqs, seqs = token_accuracy(logits, batch["targets"])
         return dict(zip(_SUMS, (loss_sum, tokens, correct, correct_seqs, seqs)))
 
-    def evaluate(self, dataset, max_batches):
-        """Metrics over at most `max_batches` batches (all of them if max_batches <= 0)."""
-        totals = dict.fromkeys(_SUMS, 0.0)
+    def evaluate(self, dataset, max_batches, should_stop=lambda: False):
+        """Metrics over at most `max_batches` batches (all of them if max_batches <= 0).
+
+        Sums stay on the device until the end (one host sync per evaluation).
+        `should_stop` is polled between batches so a pre-emption signal does not
+        wait for a whole dev set. Returns None if it stopped early.
+        """
+        totals = None
         for i, batch in enumerate(dataset):
             if 0 < max_batches <= i:
                 break
-            for key, value in self._step(batch).items():
-                totals[key] += float(value)
-        tokens = max(totals["tokens"], 1.0)
+            if should_stop():
+                return None
+            sums = self._step(batch)
+            totals = sums if totals is None else {k: totals[k] + sums[k] for k in sums}
+        if totals is None or float(totals["tokens"]) == 0:
+            raise UserError("the dev split produced no target tokens to evaluate on.")
+        totals = {k: float(v) for k, v in totals.items()}
         return {
-            "loss": totals["loss_sum"] / tokens,
-            "accuracy": totals["correct_tokens"] / tokens,
-            "sequence_accuracy": (
-                totals["correct_sequences"] / max(totals["sequences"], 1.0)
-            ),
+            "loss": totals["loss_sum"] / totals["tokens"],
+            "accuracy": totals["correct_tokens"] / totals["tokens"],
+            "sequence_accuracy": totals["correct_sequences"] / totals["sequences"],
             "eval_tokens": int(totals["tokens"]),
         }

@@ -22,8 +22,9 @@ class ThroughputMeter:
     def take(self):
         elapsed = max(time.perf_counter() - self.since, 1e-9)
         steps = len(self._outputs)
-        loss_sum = sum(float(o["loss_sum"]) for o in self._outputs)
-        tokens = sum(float(o["tokens"]) for o in self._outputs)
+        # Each output holds one tensor per local replica.
+        loss_sum = sum(float(x) for o in self._outputs for x in o["loss_sum"])
+        tokens = sum(float(x) for o in self._outputs for x in o["tokens"])
         self.step += steps
         eta = (self.total - self.step) * elapsed / max(steps, 1)
         self._outputs = []

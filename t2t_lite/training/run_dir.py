@@ -8,8 +8,11 @@ Layout (T2T-like):
   OUTPUT_DIR/train/, eval/         TensorBoard event files
 """
 
+import glob
 import json
 import os
+
+from absl import logging
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, HParamsError
@@ -29,11 +32,34 @@ def write_atomically(path, text):
     os.replace(tmp, path)
 
 
+# Hparams a resumed run may change (with a warning): the remedies for a diverging or
+# stalled run. Everything else (shapes, the optimizer, n, the data) would make the
+# checkpoint series mean something else.
+CHANGEABLE_ON_RESUME = frozenset(
+    {
+        "learning_rate_schedule",
+        "learning_rate_constant",
+        "learning_rate_warmup_steps",
+        "learning_rate_decay_steps",
+        "learning_rate_decay_rate",
+        "learning_rate_decay_staircase",
+        "clip_grad_norm",
+        "max_consecutive_bad_updates",
+    }
+)
+
+
+def _has_checkpoint(output_dir):
+    return bool(glob.glob(os.path.join(output_dir, "model-*.index")))
+
+
 def prepare_output_dir(output_dir, hp):
     """Creates output_dir and stores hp, or checks hp against the stored run's.
 
     Restarting into a directory whose run used other hparams would silently mix two
-    experiments in one checkpoint series; it is an error naming the differing keys.
+    experiments in one checkpoint series; it is an error naming the differing keys,
+    except for CHANGEABLE_ON_RESUME keys (warned about), and except when the earlier
+    run never wrote a checkpoint (nothing to mix).
     """
     try:
         os.makedirs(output_dir, exist_ok=True)
@@ -42,24 +68,30 @@ def prepare_output_dir(output_dir, hp):
             f"--output_dir '{output_dir}' cannot be created: {e.strerror}."
         ) from None
     path = os.path.join(output_dir, HPARAMS_FILE)
-    if not os.path.exists(path):
-        write_atomically(path, hp.to_json() + "\n")
-        return
+    if os.path.exists(path) and _has_checkpoint(output_dir):
+        _check_stored_hparams(path, output_dir, hp)
+    write_atomically(path, hp.to_json() + "\n")
+
+
+def _check_stored_hparams(path, output_dir, hp):
     try:
         with open(path) as f:
             stored = HParams.from_json(f.read())
-    except HParamsError as e:
+    except (OSError, HParamsError) as e:
         raise UserError(f"{path}: {e}") from None
     differing = hp.diff(stored)
-    if differing:
-        details = ", ".join(
-            f"{k}={stored.values().get(k)!r}→{hp.values().get(k)!r}"
-            for k in differing[:5]
-        )
+    fixed = [k for k in differing if k not in CHANGEABLE_ON_RESUME]
+    details = ", ".join(
+        f"{k}={stored.values().get(k)!r}→{hp.values().get(k)!r}"
+        for k in (fixed or differing)[:5]
+    )
+    if fixed:
         raise UserError(
             f"--output_dir '{output_dir}' holds a run with different hparams "
             f"({details}); use a new --output_dir or the same hparams."
         )
+    if differing:
+        logging.warning("Resuming with changed hparams: %s.", details)
 
 
 def check_run_identity(output_dir, identity):

@@ -126,10 +126,19 @@ class TrainStep:
     # --- replica-level bodies -------------------------------------------------------
 
     def _run(self, body):
+        """Wraps a replica body: no cross-replica reduction of its outputs.
+
+        The per-replica loss sums and token counts are returned as they are (a tuple
+        of one tensor per local replica) and added on the host when a log line is
+        written, and `global_step` moves in cross-replica context, so nothing is
+        communicated between replicas on a micro-step that is not an update.
+        """
+
         def run(batch):
             outputs = self.strategy.run(body, args=(batch,))
+            self.global_step.assign_add(1)
             return {
-                k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                k: tuple(self.strategy.experimental_local_results(v))
                 for k, v in outputs.items()
             }
 
@@ -147,27 +156,22 @@ class TrainStep:
     def _accumulate_body(self, batch):
         gradients, loss_sum, tokens = self._gradients(batch)
         self.accumulator.add(gradients, loss_sum, tokens)
-        self.global_step.assign_add(1)
         return {"loss_sum": loss_sum, "tokens": tokens}
 
     def _update_body(self, batch):
         gradients, loss_sum, tokens = self._gradients(batch)
-        if self.accumulator is not None:
-            self.accumulator.add(gradients, loss_sum, tokens)
-            window_gradients, window_loss, window_tokens = self.accumulator.read()
+        if self.accumulator is None:
+            self._update(gradients, loss_sum, tokens)
         else:
-            window_gradients, window_loss, window_tokens = gradients, loss_sum, tokens
-        self._update(window_gradients, window_loss, window_tokens)
-        if self.accumulator is not None:
+            self._update(*self.accumulator.plus(gradients, loss_sum, tokens))
             self.accumulator.reset()
-        self.global_step.assign_add(1)
         return {"loss_sum": loss_sum, "tokens": tokens}
 
     def _update(self, gradients, loss_sum, tokens):
         """All-reduce once, normalize by tokens, decay, clip, apply — or skip.
 
-        A NaN/Inf loss or gradient norm skips the whole update (weights, slots and
-        the update count stay as they were) and is counted; the loop stops the run
+        A NaN/Inf loss, gradient norm or learning rate skips the whole update
+        (weights, slots and the update count stay as they were) and is counted; the loop stops the run
         after `max_consecutive_bad_updates` in a row.
         """
         context = tf.distribute.get_replica_context()
@@ -192,7 +196,12 @@ class TrainStep:
             gradients, _ = tf.clip_by_global_norm(
                 gradients, self.clip_grad_norm, use_norm=norm
             )
-        finite = tf.math.is_finite(loss_sum) & tf.math.is_finite(norm)
+        rate = tf.convert_to_tensor(self.optimizer.learning_rate)
+        finite = (
+            tf.math.is_finite(loss_sum)
+            & tf.math.is_finite(norm)
+            & tf.math.is_finite(tf.cast(rate, tf.float32))
+        )
         self._apply_or_skip(finite, gradients)
 
     def _apply_or_skip(self, finite, gradients):
@@ -243,7 +252,8 @@ def _counter(name):
 
 
 def _add_weight_decay(gradient, variable, rate):
-    """T2T's weight decay: L2 on weight matrices only (rank > 1), not biases/norms."""
+    """L2 weight decay on weight matrices only (rank > 1): biases and layer-norm
+    scales are not decayed (T2T skips only variables named "bias")."""
     if len(variable.shape) <= 1:
         return gradient
     return gradient + rate * tf.convert_to_tensor(variable)

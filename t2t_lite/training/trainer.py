@@ -65,7 +65,13 @@ class Trainer:
         self.config = config
         self.hp = validate(hp)
         self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
+        self._skipped_seen = 0  # skipped updates already reported in the log
         self.strategy = strategy or tf.distribute.get_strategy()
+        if self.strategy.num_replicas_in_sync > 1:
+            raise NotImplementedError(
+                "Trainer does not distribute its input over replicas yet; TrainStep "
+                "does (see tests/test_distributed.py)."
+            )
         self.problem = PROBLEMS.get(config.problem)()
         self.problem.load(config.data_dir or None)
         model_class = MODELS.get(config.model)
@@ -122,9 +128,12 @@ class Trainer:
         return self.step.micro_step
 
     def save(self):
+        """Writes a checkpoint at the current step; returns its path (None if the
+        weights were not finite and nothing was written)."""
         path = self.checkpoints.save(self.step.micro_step)
         if path:
             logging.info("Saved checkpoint %s.", path)
+        return path
 
     # --- data ---------------------------------------------------------------------
 
@@ -142,19 +151,26 @@ class Trainer:
 
     # --- evaluation ---------------------------------------------------------------
 
-    def evaluate(self):
+    def evaluate(self, write=True, stop=None):
+        """Evaluates on the dev split; appends to metrics.jsonl and TensorBoard
+        unless write=False. Returns None if a stop request interrupted it."""
         metrics = self.evaluator.evaluate(
-            self.dataset("dev", training=False), self.config.eval_steps
+            self.dataset("dev", training=False),
+            self.config.eval_steps,
+            should_stop=lambda: bool(stop and stop.requested),
         )
+        if metrics is None:
+            return None
         record = {
             "global_step": self.step.micro_step,
             "update_step": self.step.update_step,
             **metrics,
         }
-        run_dir.append_metrics(self.config.output_dir, record)
-        with self._writer("eval").as_default(step=record["global_step"]):
-            for key in ("loss", "accuracy", "sequence_accuracy"):
-                tf.summary.scalar(key, metrics[key])
+        if write:
+            run_dir.append_metrics(self.config.output_dir, record)
+            with self._writer("eval").as_default(step=record["global_step"]):
+                for key in ("loss", "accuracy", "sequence_accuracy"):
+                    tf.summary.scalar(key, metrics[key])
         logging.info(
             "Eval at step %d (update %d): loss %.4f, accuracy %.4f, "
             "sequence accuracy %.4f",
@@ -189,56 +205,75 @@ class Trainer:
         batches = iter(self.dataset("train", training=True, seed=config.random_seed))
         self.checkpoint.train_iterator = batches
         start = self.restore()
+        if start >= config.train_steps:
+            logging.info("Already trained to step %d; evaluating only.", start)
+            return self.evaluate(write=False)
         logging.info(simulation_line(self.hp, self.strategy.num_replicas_in_sync))
+        if config.train_steps % self.n:
+            logging.warning(
+                "train_steps=%d is not a multiple of %d accumulation steps: the last "
+                "%d micro-batches will not reach the weights.",
+                config.train_steps,
+                self.n,
+                config.train_steps % self.n,
+            )
+        try:
+            with StopRequest() as stop:
+                record = self._loop(batches, start, stop)
+        finally:
+            self._close_writers()
+        return record
+
+    def _loop(self, batches, start, stop):
+        config = self.config
         meter = ThroughputMeter(start, config.train_steps)
         record, last_saved = None, start
-        with StopRequest() as stop:
-            for step in range(start, config.train_steps):
-                out = self.step(next(batches), step)
-                meter.add(out)
-                done, record = step + 1, None
-                if self.step.is_update_micro_step(step):
-                    self._check_divergence(done)
-                if done % config.log_steps == 0 or done == config.train_steps:
-                    self._log(meter, done)
-                if done % config.save_checkpoints_steps == 0 or stop.requested:
-                    self.save()
-                    last_saved = done
-                if stop.requested:
-                    self.stopped_by = stop.requested
-                    self._close_writers()
-                    return None
-                if (
-                    config.local_eval_frequency
-                    and done % config.local_eval_frequency == 0
-                ):
-                    record = self.evaluate()
-        if last_saved != config.train_steps and start < config.train_steps:
+        for step in range(start, config.train_steps):
+            meter.add(self.step(_next_batch(batches), step))
+            done, record = step + 1, None
+            saving = done % config.save_checkpoints_steps == 0 or stop.requested
+            if done % config.log_steps == 0 or saving or done == config.train_steps:
+                self._check_divergence(done)
+            if done % config.log_steps == 0 or done == config.train_steps:
+                self._log(meter, done)
+            if saving:
+                self.save()
+                last_saved = done
+            if stop.requested:
+                self.stopped_by = stop.requested
+                return None
+            if config.local_eval_frequency and done % config.local_eval_frequency == 0:
+                record = self.evaluate(stop=stop)
+        if last_saved != config.train_steps:
             self.save()
-        record = record or self.evaluate()
-        self._close_writers()
+        record = record or self.evaluate(stop=stop)
+        if record is None:  # stopped during the final evaluation; already saved
+            self.stopped_by = stop.requested
         return record
 
     def _check_divergence(self, done):
-        """Logs skipped updates; raises DivergenceError after too many in a row."""
+        """Logs skipped updates; raises DivergenceError after too many in a row.
+
+        Read at log and checkpoint boundaries only (a host sync), not per update:
+        skipped updates change nothing, so noticing a streak late costs nothing.
+        """
         in_a_row = int(tf.convert_to_tensor(self.step.bad_updates_in_a_row))
-        if not in_a_row:
-            return
         total = int(tf.convert_to_tensor(self.step.skipped_updates))
-        logging.warning(
-            "Skipped the update ending at step %d: NaN/Inf loss or gradient "
-            "(%d in a row, %d in total).",
-            done,
-            in_a_row,
-            total,
-        )
+        if total > self._skipped_seen:
+            logging.warning(
+                "Skipped updates with a NaN/Inf loss, gradient or learning rate: "
+                "%d in total, %d in a row at step %d.",
+                total,
+                in_a_row,
+                done,
+            )
+            self._skipped_seen = total
         if in_a_row >= self.hp.max_consecutive_bad_updates:
-            self._close_writers()
             raise DivergenceError(
                 f"training diverged: {in_a_row} updates in a row had a NaN/Inf loss "
-                f"or gradient (last at step {done}); the newest good checkpoint is "
+                f"or gradient (by step {done}); the newest good checkpoint is "
                 f"{self.checkpoints.latest}. Lower learning_rate_constant or set "
-                "clip_grad_norm, then rerun to resume from it."
+                "clip_grad_norm (both may change on resume), then rerun."
             )
 
     def _log(self, meter, done):
@@ -265,6 +300,16 @@ class Trainer:
     def _close_writers(self):
         for writer in self._writers.values():
             writer.close()
+
+
+def _next_batch(batches):
+    try:
+        return next(batches)
+    except StopIteration:
+        raise UserError(
+            "the training split produced no batches: are all examples longer "
+            "than max_length?"
+        ) from None
 
 
 def _dummy_batch():
