@@ -48,9 +48,7 @@ def transformer_base():
     )  # n micro-batches per update; 0/1: none
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
     d("weight_decay", 0.0)  # L2 on weight matrices per update; 0: off
-    d(
-        "max_consecutive_bad_updates", 10
-    )  # stop after this many NaN/Inf updates in a row
+    d("max_consecutive_bad_updates", 10)  # NaN/Inf updates in a row that stop a run
     # --- Learning-rate schedule (evaluated in updates, not micro-steps) ---
     d("learning_rate_schedule", "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size")
     d("learning_rate_constant", 2.0)  # the `constant` factor
