@@ -43,9 +43,7 @@ def transformer_base():
     d("optimizer_momentum_nesterov", False)  # use Nesterov momentum
     d("optimizer_adafactor_decay_rate", 0.8)  # Adafactor second-moment decay exponent
     d("optimizer_adafactor_clipping_threshold", 1.0)  # Adafactor update clipping
-    d(
-        "optimizer_multistep_accumulate_steps", 1
-    )  # n micro-batches per update; 0/1: none
+    d("optimizer_multistep_accumulate_steps", 1)  # micro-batches per update; 0/1: none
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
     d("weight_decay", 0.0)  # L2 on weight matrices per update; 0: off
     d("max_consecutive_bad_updates", 10)  # NaN/Inf updates in a row that stop a run
