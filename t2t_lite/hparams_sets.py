@@ -23,9 +23,8 @@ def transformer_base():
     d("layer_prepostprocess_dropout", 0.1)  # dropout on embeddings and sublayer outputs
     d("attention_dropout", 0.1)  # dropout on attention weights
     d("relu_dropout", 0.1)  # dropout after the feed-forward relu
-    d(
-        "shared_embedding_and_softmax_weights", True
-    )  # one matrix: src/tgt embedding + softmax
+    # One matrix for the source and target embeddings and the softmax weights:
+    d("shared_embedding_and_softmax_weights", True)
     d("norm_epsilon", 1e-6)  # layer norm epsilon
     d("initializer_gain", 1.0)  # gain of the uniform unit-scaling initializer
     d("label_smoothing", 0.1)  # probability mass spread over the vocabulary
@@ -51,9 +50,7 @@ def transformer_base():
     d("learning_rate_schedule", "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size")
     d("learning_rate_constant", 2.0)  # the `constant` factor
     d("learning_rate_warmup_steps", 8000)  # warmup length, in updates
-    d(
-        "learning_rate_decay_steps", 5000
-    )  # decay length for linear_decay/cosdecay/exp_decay
+    d("learning_rate_decay_steps", 5000)  # for linear_decay, cosdecay, exp_decay
     d("learning_rate_decay_rate", 1.0)  # exp_decay base
     d("learning_rate_decay_staircase", False)  # exp_decay in whole decay_steps
     return hp
