@@ -231,16 +231,20 @@ class Trainer:
         for step in range(start, config.train_steps):
             meter.add(self.step(_next_batch(batches), step))
             done, record = step + 1, None
-            saving = done % config.save_checkpoints_steps == 0 or stop.requested
-            if done % config.log_steps == 0 or saving or done == config.train_steps:
+            saving = done % config.save_checkpoints_steps == 0
+            logging_now = done % config.log_steps == 0 or done == config.train_steps
+            if logging_now or saving or stop.requested:
                 self._check_divergence(done)
-            if done % config.log_steps == 0 or done == config.train_steps:
+            if logging_now:
                 self._log(meter, done)
-            if saving:
+            # A signal may arrive at any point above: read stop.requested only here,
+            # once, so a stop always comes with a checkpoint of this very step.
+            stopping = stop.requested
+            if saving or stopping:
                 self.save()
                 last_saved = done
-            if stop.requested:
-                self.stopped_by = stop.requested
+            if stopping:
+                self.stopped_by = stopping
                 return None
             if config.local_eval_frequency and done % config.local_eval_frequency == 0:
                 record = self.evaluate(stop=stop)
