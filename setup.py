@@ -15,6 +15,8 @@ setup(
         "tensorboard==2.21.*",  # tf.summary needs it; TF 2.21 no longer pulls it in
         "absl-py==2.*",
         "numpy>=1.26,<3",
+        "sentencepiece==0.2.*",  # subword vocabularies (t2t-datagen)
+        "tensorflow-datasets==4.9.*",  # TFDS translation problems (read, never fetched)
     ],
     extras_require={
         "test": ["pytest==9.*"],
@@ -22,6 +24,7 @@ setup(
     entry_points={
         "console_scripts": [
             "t2t-trainer=t2t_lite.bin.trainer:run",
+            "t2t-datagen=t2t_lite.bin.datagen:run",
         ],
     },
 )

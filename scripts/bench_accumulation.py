@@ -1,0 +1,440 @@
+"""Benchmark: what exact gradient accumulation costs per micro-step.
+
+Measures, side by side in one process and on the same data, the training throughput
+(micro-steps/s and non-pad target tokens/s) of:
+
+  t2t_n1           t2t_lite TrainStep without accumulation (n=1): the baseline.
+  t2t_n8           t2t_lite TrainStep accumulating n micro-batches per update
+                   (n = --accumulate_steps, 8 by default): the accumulation overhead.
+  keras_n8         Keras 3's built-in accumulation for comparison: the same Transformer
+                   and token loss, keras.optimizers.Adam(gradient_accumulation_steps=n)
+                   and a plain tf.function GradientTape step on the per-micro-batch
+                   mean loss (how Keras users do it; not token-exact, see DESIGN.md §2).
+  keras_n1         (extra, not in the default set) the same plain Keras step without
+                   accumulation: separates "TrainStep vs a plain step" from "cost of
+                   accumulating".
+  t2t_n1_unshared  t2t_lite n=1 with shared_embedding_and_softmax_weights=False.
+  t2t_n8_unshared  t2t_lite n=n, unshared: the embedding gradients are IndexedSlices
+                   and are scatter_add-ed into the accumulators (sparse path); with
+                   shared weights the softmax matmul makes that gradient dense.
+
+Data: a fixed list of --num_batches token-bucketed micro-batches (--batch_size tokens,
+padding included) drawn once from the built-in algorithmic_reverse problem through
+t2t_lite.data.pipeline.make_dataset, converted to tensors up front, so the input
+pipeline is NOT measured. Every config consumes the same batches in the same order.
+--num_symbols enlarges the problem's vocabulary (vocab = num_symbols + 2) to see the
+sparse vs dense embedding-gradient difference at a realistic vocab size.
+
+Method: every config is built (same seed, same initial weights) and warmed up by one
+pass over the batch list, which traces every tf.function (both the accumulate and the
+accumulate-and-update functions of TrainStep) and lets oneDNN build its kernels for
+every batch shape; the list length is a whole number of windows, so each batch always
+goes to the same function. After one more untimed window per config, --repeats
+repetitions of --steps micro-steps (default: one pass over the list) are timed,
+interleaved across configs one accumulation window at a time, so that other load on
+the machine hits all configs alike. No per-step sync: one per window (on CPU a
+tf.function call returns when it is done anyway). Rates are medians over repetitions;
+ratios are medians of per-repetition ratios to the baseline; per-call times (median
+over all timed calls) are split into accumulate-only and update micro-steps.
+
+Run (from the repository root):
+
+  python scripts/bench_accumulation.py                      # ~2 min on 2 idle cores
+  python scripts/bench_accumulation.py --num_symbols=8190    # 8k vocab: sparse vs dense
+  python scripts/bench_accumulation.py --hparams_set=transformer_base \\
+      --num_batches=16 --repeats=3 --configs=t2t_n1,t2t_n8,keras_n8
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import t2t_lite  # noqa: F401  (registers everything)
+from t2t_lite.data.pipeline import make_dataset
+from t2t_lite.data.problems import AlgorithmicReverse
+from t2t_lite.models.transformer import Transformer, token_loss
+from t2t_lite.optim.optimizers import optimizer_from_hparams
+from t2t_lite.optim.schedule import schedule_from_hparams
+from t2t_lite.registry import HPARAMS_SETS
+from t2t_lite.training.train_step import TrainStep
+
+ALL_CONFIGS = (
+    "t2t_n1",
+    "t2t_n8",
+    "keras_n8",
+    "keras_n1",
+    "t2t_n1_unshared",
+    "t2t_n8_unshared",
+)
+DEFAULT_CONFIGS = "t2t_n1,t2t_n8,keras_n8,t2t_n1_unshared,t2t_n8_unshared"
+BASELINE = "t2t_n1"
+
+_BATCH_SIGNATURE = (
+    {
+        "inputs": tf.TensorSpec([None, None], tf.int32),
+        "targets": tf.TensorSpec([None, None], tf.int32),
+    },
+)
+
+
+# --- arguments -----------------------------------------------------------------------
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--hparams_set",
+        default="transformer_tiny",
+        help="Registered hparams set (dropout as in the set).",
+    )
+    p.add_argument(
+        "--hparams", default="", help='Extra overrides, e.g. "label_smoothing=0.0".'
+    )
+    p.add_argument(
+        "--batch_size",
+        type=int,
+        default=2048,
+        help="Tokens per micro-batch, padding included.",
+    )
+    p.add_argument(
+        "--accumulate_steps",
+        type=int,
+        default=8,
+        help="n of the accumulating configs (the '8' in *_n8).",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="Timed micro-steps per repetition, rounded up to whole windows; "
+        "0: one pass over the fixed batch list.",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=7, help="Timed repetitions per config."
+    )
+    p.add_argument(
+        "--warmup_steps",
+        type=int,
+        default=0,
+        help="Untimed micro-steps per config right after building it, rounded "
+        "up to whole windows; 0: one pass over the batch list.",
+    )
+    p.add_argument(
+        "--num_batches",
+        type=int,
+        default=32,
+        help="Distinct micro-batches in the fixed data list (cycled), rounded "
+        "up to whole windows.",
+    )
+    p.add_argument(
+        "--num_symbols",
+        type=int,
+        default=10,
+        help="algorithmic_reverse symbols; vocab = num_symbols + 2.",
+    )
+    p.add_argument(
+        "--configs",
+        default=DEFAULT_CONFIGS,
+        help=f"Comma-separated subset of {', '.join(ALL_CONFIGS)}.",
+    )
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in args.configs if c not in ALL_CONFIGS]
+    if unknown or not args.configs:
+        p.error(f"--configs: unknown {unknown}; choose from {', '.join(ALL_CONFIGS)}.")
+    if args.accumulate_steps < 2:
+        p.error("--accumulate_steps must be >= 2 (Keras refuses smaller values).")
+    return args
+
+
+def build_hparams(args):
+    hp = HPARAMS_SETS.get(args.hparams_set)().parse(args.hparams)
+    return hp.override(
+        batch_size=args.batch_size, optimizer_multistep_accumulate_steps=1
+    )
+
+
+# --- data ----------------------------------------------------------------------------
+
+
+def fixed_batches(hp, args):
+    """(list of {"inputs", "targets"} int32 tensors, list of non-pad target counts)."""
+    problem = AlgorithmicReverse(num_symbols=args.num_symbols, seed=args.seed)
+    dataset = make_dataset(
+        problem.dataset("train"),
+        batch_size=hp.batch_size,
+        max_length=hp.max_length,
+        min_length_bucket=hp.min_length_bucket,
+        length_bucket_step=hp.length_bucket_step,
+        training=True,
+        seed=args.seed,
+    )
+    batches, tokens = [], []
+    for batch in dataset.take(args.num_batches):
+        batches.append({k: tf.constant(v.numpy()) for k, v in batch.items()})
+        tokens.append(int(np.count_nonzero(batch["targets"].numpy())))
+    return batches, tokens, problem.vocab_size
+
+
+def describe_batches(batches, tokens):
+    rows = [int(b["targets"].shape[0]) for b in batches]
+    padded = [
+        int(b["targets"].shape[0] * max(b["inputs"].shape[1], b["targets"].shape[1]))
+        for b in batches
+    ]
+    return (
+        f"{len(batches)} micro-batches: {min(rows)}-{max(rows)} sequences, "
+        f"mean {statistics.mean(tokens):.0f} non-pad target tokens "
+        f"(mean padded footprint {statistics.mean(padded):.0f} tokens)"
+    )
+
+
+# --- configs -------------------------------------------------------------------------
+
+
+def _build_model(hp, vocab_size, seed):
+    keras.utils.set_random_seed(seed)
+    model = Transformer.from_hparams(hp, vocab_size)
+    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
+    return model
+
+
+def t2t_config(hp, vocab_size, n, seed, train_steps):
+    """A TrainStep built like tests/accumulation_helpers.build() does."""
+    hp = hp.override(optimizer_multistep_accumulate_steps=n)
+    model = _build_model(hp, vocab_size, seed)
+    optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, train_steps))
+    step = TrainStep(
+        model,
+        optimizer,
+        accumulate_steps=n,
+        label_smoothing=hp.label_smoothing,
+        clip_grad_norm=hp.clip_grad_norm,
+        weight_decay=hp.weight_decay,
+    )
+    return step
+
+
+def keras_config(hp, vocab_size, n, seed, train_steps):
+    """A plain Keras-style step: mean loss per micro-batch, Adam(gradient_accumulation_steps)."""
+    model = _build_model(hp, vocab_size, seed)
+    optimizer = keras.optimizers.Adam(
+        learning_rate=schedule_from_hparams(hp, train_steps),
+        beta_1=hp.optimizer_adam_beta1,
+        beta_2=hp.optimizer_adam_beta2,
+        epsilon=hp.optimizer_adam_epsilon,
+        gradient_accumulation_steps=n if n > 1 else None,
+    )
+    variables = model.trainable_variables
+    optimizer.build(variables)
+
+    @tf.function(input_signature=_BATCH_SIGNATURE)
+    def train_step(batch):
+        with tf.GradientTape() as tape:
+            logits = model(batch, training=True)
+            loss_sum, tokens = token_loss(logits, batch["targets"], hp.label_smoothing)
+            loss = loss_sum / tf.maximum(tokens, 1.0)
+        optimizer.apply(tape.gradient(loss, variables), variables)
+        return {"loss_sum": loss_sum, "tokens": tokens}
+
+    return lambda batch, micro_step: train_step(batch)
+
+
+def build_config(name, hp, vocab_size, args, train_steps):
+    """(step_fn(batch, micro_step) -> outputs, n) for a config name."""
+    n = 1 if "_n1" in name else args.accumulate_steps
+    if name.startswith("keras"):
+        return keras_config(hp, vocab_size, n, args.seed, train_steps), n
+    shared = not name.endswith("_unshared")
+    hp = hp.override(shared_embedding_and_softmax_weights=shared)
+    return t2t_config(hp, vocab_size, n, args.seed, train_steps), n
+
+
+# --- timing --------------------------------------------------------------------------
+
+
+class Runner:
+    """Feeds one config its micro-steps; sums wall/CPU time and tokens per repetition."""
+
+    def __init__(self, name, step_fn, n):
+        self.name, self.step_fn, self.n = name, step_fn, n
+        self.micro_step = 0
+        self.rates = []  # micro-steps/s per repetition
+        self.token_rates = []  # target tokens/s per repetition
+        self.cpu_ms = []  # process CPU ms (all threads) per micro-step
+        self.accumulate_ms = []  # per-call times of accumulate-only micro-steps
+        self.update_ms = []  # per-call times of update micro-steps
+        self._rep = [0, 0.0, 0.0, 0]  # micro-steps, wall s, CPU s, tokens
+
+    def run(self, batches, tokens, count, record):
+        """Runs `count` micro-steps; adds them to the current repetition if record."""
+        start, cpu_start = time.perf_counter(), time.process_time()
+        out, total_tokens = None, 0
+        for _ in range(count):
+            i = self.micro_step
+            t0 = time.perf_counter()
+            out = self.step_fn(batches[i % len(batches)], i)
+            if record:
+                is_update = (i + 1) % self.n == 0
+                (self.update_ms if is_update else self.accumulate_ms).append(
+                    1e3 * (time.perf_counter() - t0)
+                )
+            total_tokens += tokens[i % len(batches)]
+            self.micro_step += 1
+        # The only sync (on CPU a call returns when done). nest: TrainStep may return
+        # one tensor per replica.
+        float(tf.nest.flatten(out)[0])
+        if record:
+            for k, v in enumerate(
+                (
+                    count,
+                    time.perf_counter() - start,
+                    time.process_time() - cpu_start,
+                    total_tokens,
+                )
+            ):
+                self._rep[k] += v
+
+    def end_repetition(self):
+        steps, wall, cpu, tokens = self._rep
+        self.rates.append(steps / wall)
+        self.token_rates.append(tokens / wall)
+        self.cpu_ms.append(1e3 * cpu / steps)
+        self._rep = [0, 0.0, 0.0, 0]
+
+
+def _whole_windows(steps, window):
+    return max(1, -(-steps // window)) * window
+
+
+def build_runners(args, hp, batches, tokens, vocab_size, plan):
+    """Builds every config and warms it up right away (tracing, oneDNN kernels for
+    every batch shape, both TrainStep functions)."""
+    runners = []
+    for name in args.configs:
+        t0 = time.perf_counter()
+        step_fn, n = build_config(name, hp, vocab_size, args, plan["train_steps"])
+        runner = Runner(name, step_fn, n)
+        runner.run(batches, tokens, plan["warmup"], record=False)
+        print(
+            f"built + warmed up {name} ({plan['warmup']} micro-steps) in "
+            f"{time.perf_counter() - t0:.1f}s",
+            flush=True,
+        )
+        runners.append(runner)
+    return runners
+
+
+def run_benchmark(args):
+    hp = build_hparams(args)
+    window = args.accumulate_steps
+    args.num_batches = _whole_windows(args.num_batches, window)
+    batches, tokens, vocab_size = fixed_batches(hp, args)
+    steps = _whole_windows(args.steps or len(batches), window)
+    warmup = _whole_windows(args.warmup_steps or len(batches), window)
+    plan = {"warmup": warmup, "train_steps": warmup + window + steps * args.repeats}
+    print(
+        f"data: algorithmic_reverse, vocab {vocab_size}, "
+        f"{describe_batches(batches, tokens)}"
+    )
+    runners = build_runners(args, hp, batches, tokens, vocab_size, plan)
+    # The first call of a function after other models were built is slow again (~1 s
+    # here), so one untimed, interleaved window runs before the timed repetitions.
+    for runner in runners:
+        runner.run(batches, tokens, window, record=False)
+    for rep in range(args.repeats):
+        timed_repetition(runners, batches, tokens, steps, window)
+        print(f"repetition {rep + 1}/{args.repeats} done", flush=True)
+    return runners, steps
+
+
+def timed_repetition(runners, batches, tokens, steps, window):
+    """Every config runs `steps` micro-steps, interleaved one window at a time, so all
+    configs see the same machine load to within about a second (this machine is
+    shared); the order rotates so no config always follows the same one."""
+    for chunk in range(steps // window):
+        k = chunk % len(runners)
+        for runner in runners[k:] + runners[:k]:
+            runner.run(batches, tokens, window, record=True)
+    for runner in runners:
+        runner.end_repetition()
+
+
+# --- report --------------------------------------------------------------------------
+
+
+def _median_or_nan(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def paired_ratio(runner, base):
+    """Median over repetitions of rate / baseline rate of the same repetition: the
+    two were interleaved window by window, so changes in machine load cancel."""
+    return statistics.median(r / b for r, b in zip(runner.rates, base.rates))
+
+
+def print_table(runners, args, steps):
+    base = next((r for r in runners if r.name == BASELINE), runners[0])
+    print(
+        f"\nhparams_set={args.hparams_set} batch_size={args.batch_size} tokens, "
+        f"n={args.accumulate_steps}, {steps} timed micro-steps x {args.repeats} "
+        f"repetitions (median), {os.cpu_count()} CPU cores, TF {tf.__version__}, "
+        f"Keras {keras.__version__}"
+    )
+    header = (
+        f"{'config':<16} {'n':>2} {'micro-steps/s':>13} {'tokens/s':>9} "
+        f"{'vs ' + base.name:>10} {'spread':>7} {'ms/micro':>8} "
+        f"{'ms accum':>8} {'ms update':>9} {'cpu ms/micro':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in runners:
+        rate = statistics.median(r.rates)
+        spread = (max(r.rates) - min(r.rates)) / rate
+        print(
+            f"{r.name:<16} {r.n:>2} {rate:>13.2f} {statistics.median(r.token_rates):>9.0f} "
+            f"{paired_ratio(r, base):>9.3f}x {100 * spread:>6.1f}% {1e3 / rate:>8.1f} "
+            f"{_median_or_nan(r.accumulate_ms):>8.1f} "
+            f"{_median_or_nan(r.update_ms):>9.1f} "
+            f"{statistics.median(r.cpu_ms):>12.1f}"
+        )
+    print(
+        f"\nvs {base.name}: median over repetitions of the ratio of micro-steps/s "
+        "(= ratio of tokens/s: same batches) to the baseline's in the same "
+        "repetition.\nspread: (max - min) / median of the per-repetition rates."
+    )
+    print(
+        "ms accum / ms update: median wall time of one call on accumulate-only "
+        "micro-steps / on update micro-steps (n=1: every micro-step is an update).\n"
+        "cpu ms/micro: process CPU time (all threads) per micro-step; less sensitive "
+        "than wall time to other processes on the machine."
+    )
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    t0 = time.perf_counter()
+    print(f"load average at start: {_load()} (other processes skew the numbers)")
+    runners, steps = run_benchmark(args)
+    print_table(runners, args, steps)
+    print(
+        f"\ntotal wall time {time.perf_counter() - t0:.0f}s, "
+        f"load average at end: {_load()}"
+    )
+
+
+def _load():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()

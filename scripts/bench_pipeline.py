@@ -1,0 +1,327 @@
+"""Benchmark: t2t-datagen speed, and input pipeline throughput vs. what training eats.
+
+One run measures, on a synthetic parallel corpus written to a temp dir (--pairs
+sentence pairs, default 200k; Zipf-distributed pseudo-words, about 25 words a
+sentence, a word-by-word "translation" into a second pseudo-language, so that an
+8k SentencePiece vocabulary is meaningful):
+
+  1. datagen     t2t_lite.data.datagen.generate on translate_parallel_text: seconds for
+                 the input check, SentencePiece training (--vocab_size) and encoding +
+                 writing + shuffling the shards; sentence pairs/s of each and overall.
+  2. pipeline    the training input pipeline alone (TFRecord shards → parallel reads →
+                 parse → shuffle → max_length filter → token buckets → prefetch) with
+                 transformer_base's batching (batch_size 4096 tokens padding included,
+                 max_length 256): batches/s, non-pad target tokens/s, padded tokens/s.
+  3. training    t2t_lite's TrainStep (n=1) on the same batches, as the trainer runs it:
+                 a) "fixed": batches materialized in memory first (pure step cost);
+                 b) "live": pulling from the pipeline while training (the trainer's
+                 real setting: both share the CPU). For each --models hparams set
+                 (transformer_tiny, and transformer_base with --base_steps steps),
+                 3 alternating rounds each; medians. Besides wall-clock rates it
+                 reports this process's CPU seconds per 1k tokens (all threads), a
+                 measure of the pipeline's cost that other processes on the machine
+                 do not disturb much, and the share of the live run's wall time
+                 spent waiting for the next batch (what the pipeline directly costs
+                 training).
+
+The verdict line compares pipeline tokens/s with each model's consumption; the
+pipeline is not the bottleneck when pipeline/consumption >> 1, the live run hardly
+waits for batches and live ≈ fixed (the last is only meaningful on a quiet machine).
+
+Run (from the repository root; about 5 minutes on 2 cores):
+
+  python scripts/bench_pipeline.py
+  python scripts/bench_pipeline.py --pairs=20000 --models=transformer_tiny   # quick
+"""
+
+import argparse
+import itertools
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import t2t_lite  # noqa: E402,F401  (registers everything)
+from t2t_lite.data import datagen  # noqa: E402
+from t2t_lite.data.pipeline import make_dataset  # noqa: E402
+from t2t_lite.data.text_problems import TranslateParallelText  # noqa: E402
+from t2t_lite.models.transformer import Transformer  # noqa: E402
+from t2t_lite.optim.optimizers import optimizer_from_hparams  # noqa: E402
+from t2t_lite.optim.schedule import schedule_from_hparams  # noqa: E402
+from t2t_lite.registry import HPARAMS_SETS  # noqa: E402
+from t2t_lite.training.train_step import TrainStep  # noqa: E402
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--pairs", type=int, default=200_000, help="Sentence pairs.")
+    p.add_argument("--vocab_size", type=int, default=8000)
+    p.add_argument("--num_shards", type=int, default=10)
+    p.add_argument("--batch_size", type=int, default=4096, help="Tokens per batch.")
+    p.add_argument("--max_length", type=int, default=256)
+    p.add_argument("--pipeline_batches", type=int, default=400)
+    p.add_argument("--models", default="transformer_tiny,transformer_base")
+    p.add_argument("--tiny_steps", type=int, default=30, help="Timed steps, tiny.")
+    p.add_argument("--base_steps", type=int, default=4, help="Timed steps, base.")
+    p.add_argument("--work_dir", default="", help="Default: a new temp dir.")
+    p.add_argument("--seed", type=int, default=1)
+    return p.parse_args(argv)
+
+
+# --- 0. a synthetic parallel corpus ------------------------------------------------
+
+
+def _lexicon(rng, size, syllables):
+    lengths = rng.integers(1, 5, size=size)
+    picks = rng.integers(0, len(syllables), size=int(lengths.sum()))
+    words, start = [], 0
+    for n in lengths.tolist():
+        words.append("".join(syllables[i] for i in picks[start : start + n]))
+        start += n
+    return words
+
+
+def write_corpus(directory, pairs, seed):
+    """Two line-aligned files; word i of the source language ↔ word i of the target."""
+    rng = np.random.default_rng(seed)
+    src_syl = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+    tgt_syl = [
+        c + v for c in "bdfgjklmnprstvwx" for v in ["a", "e", "i", "o", "u", "é"]
+    ]
+    source_words = _lexicon(rng, 30000, src_syl)
+    target_words = _lexicon(rng, 30000, tgt_syl)
+    lengths = np.clip(rng.lognormal(3.1, 0.5, size=pairs).astype(int), 1, 120)
+    word_ids = (rng.zipf(1.2, size=int(lengths.sum())) - 1) % len(source_words)
+    paths = [os.path.join(directory, name) for name in ("corpus.src", "corpus.tgt")]
+    with open(paths[0], "w") as src, open(paths[1], "w", encoding="utf-8") as tgt:
+        start = 0
+        for n in lengths.tolist():
+            ids = word_ids[start : start + n].tolist()
+            start += n
+            src.write(" ".join(source_words[i] for i in ids) + " .\n")
+            tgt.write(" ".join(target_words[i] for i in reversed(ids)) + " .\n")
+    return paths, float(lengths.mean())
+
+
+# --- 1. datagen ----------------------------------------------------------------------
+
+
+def bench_datagen(args, work_dir):
+    paths, mean_words = write_corpus(work_dir, args.pairs, args.seed)
+    data_dir = os.path.join(work_dir, "data")
+    config = datagen.DatagenConfig(
+        vocab_size=args.vocab_size,
+        num_shards=args.num_shards,
+        train_source=(paths[0],),
+        train_target=(paths[1],),
+        dev_holdout=1000,
+        overwrite=True,
+    )
+    events = []
+    start = time.perf_counter()
+    summary = datagen.generate(
+        TranslateParallelText(),
+        data_dir,
+        config=config,
+        log=lambda m: events.append((time.perf_counter(), m)),
+    )
+    total = time.perf_counter() - start
+    marks = {
+        "vocab": _first(events, "Training SentencePiece"),
+        "encode": _first(events, "Encoding and writing"),
+        "shuffle": _first(events, "Shuffling"),
+    }
+    phases = {
+        "check": marks["vocab"] - start,
+        "vocab": marks["encode"] - marks["vocab"],
+        "encode+write": marks["shuffle"] - marks["encode"],
+        "shuffle+dev+manifest": start + total - marks["shuffle"],
+    }
+    return data_dir, summary, phases, total, mean_words
+
+
+def _first(events, prefix):
+    return next(t for t, m in events if m.startswith(prefix))
+
+
+def report_datagen(args, summary, phases, total, mean_words):
+    print(f"\n== datagen: {args.pairs} pairs (~{mean_words:.0f} words a sentence) ==")
+    train = summary["splits"]["train"]
+    pairs = args.pairs
+    for name, seconds in phases.items():
+        print(
+            f"  {name:22s} {seconds:7.1f} s   {pairs / max(seconds, 1e-9):>10,.0f} pairs/s"
+        )
+    print(f"  {'total':22s} {total:7.1f} s   {pairs / total:>10,.0f} pairs/s")
+    print(
+        f"  vocab {summary['vocab_size']}, train {train['examples']} examples, "
+        f"targets p50/p99 {train['tokens_per_example']['targets']['p50']}/"
+        f"{train['tokens_per_example']['targets']['p99']} tokens"
+    )
+
+
+# --- 2. pipeline ---------------------------------------------------------------------
+
+
+def training_dataset(problem, data_dir, args):
+    return make_dataset(
+        problem.dataset("train", data_dir),
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        training=True,
+        seed=args.seed,
+    )
+
+
+def batch_tokens(batch):
+    targets = batch["targets"]
+    rows = int(targets.shape[0])
+    width = max(int(batch["inputs"].shape[1]), int(targets.shape[1]))
+    return int(np.count_nonzero(targets.numpy())), rows * width
+
+
+def bench_pipeline(problem, data_dir, args):
+    iterator = iter(training_dataset(problem, data_dir, args))
+    for _ in range(20):  # warm up: fill the shuffle buffer and the buckets
+        next(iterator)
+    target_tokens = padded = 0
+    start = time.perf_counter()
+    for _ in range(args.pipeline_batches):
+        t, p = batch_tokens(next(iterator))
+        target_tokens += t
+        padded += p
+    seconds = time.perf_counter() - start
+    rates = {
+        "batches/s": args.pipeline_batches / seconds,
+        "target tokens/s": target_tokens / seconds,
+        "padded tokens/s": padded / seconds,
+        "padding fraction": 1.0 - target_tokens / max(padded, 1),
+    }
+    print(
+        f"\n== pipeline: batch_size {args.batch_size}, max_length {args.max_length} =="
+    )
+    for key, value in rates.items():
+        print(f"  {key:18s} {value:>12,.2f}")
+    return rates
+
+
+# --- 3. training consumption ---------------------------------------------------------
+
+
+def build_step(hparams_set, vocab_size, args):
+    hp = HPARAMS_SETS.get(hparams_set)().override(
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        optimizer="adam",
+        optimizer_multistep_accumulate_steps=1,
+    )
+    tf.keras.utils.set_random_seed(args.seed)
+    model = Transformer.from_hparams(hp, vocab_size)
+    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
+    optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, 100000))
+    return TrainStep(
+        model,
+        optimizer,
+        accumulate_steps=1,
+        label_smoothing=hp.label_smoothing,
+        clip_grad_norm=hp.clip_grad_norm,
+        weight_decay=hp.weight_decay,
+    )
+
+
+def _total(value):
+    """A step output: one tensor, or a tuple of one per local replica."""
+    if isinstance(value, (tuple, list)):
+        return sum(float(v) for v in value)
+    return float(value)
+
+
+def _timed(step, batches, first_step):
+    """(target tokens/s of wall time, CPU s per 1k tokens, % of wall time waiting
+    for the next batch).
+
+    The CPU time counts every thread (train step and tf.data alike), so the live
+    pipeline's extra CPU shows there even when other processes share the machine;
+    the waiting time is what training lost to the input pipeline directly.
+    """
+    tokens = waited = 0.0
+    wall, cpu = time.perf_counter(), time.process_time()
+    batches = iter(batches)
+    for i in itertools.count():
+        before = time.perf_counter()
+        batch = next(batches, None)
+        waited += time.perf_counter() - before
+        if batch is None:
+            break
+        tokens += _total(step(batch, first_step + i)["tokens"])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return tokens / wall, 1000.0 * cpu / tokens, 100.0 * waited / wall
+
+
+def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
+    """(fixed, live) target tokens/s: `rounds` alternating rounds of `steps` each."""
+    step = build_step(hparams_set, problem.vocab_size, args)
+    live = iter(training_dataset(problem, data_dir, args))
+    fixed = [next(live) for _ in range(steps)]
+    for i in range(3):  # trace once, let oneDNN build its kernels
+        step(next(live), i)
+    done, runs = 3, {"fixed": [], "live": []}
+    for _ in range(rounds):
+        runs["fixed"].append(_timed(step, fixed, done))
+        runs["live"].append(_timed(step, (next(live) for _ in range(steps)), done))
+        done += 2 * steps
+    (rate_fixed, cpu_fixed, _), (rate_live, cpu_live, wait_live) = (
+        np.median(np.asarray(runs[k]), axis=0).tolist() for k in ("fixed", "live")
+    )
+    print(
+        f"\n== training {hparams_set} (n=1, {rounds}x{steps} timed steps each way, "
+        f"vocab {problem.vocab_size}; medians) ==\n"
+        f"  fixed batches  {rate_fixed:>10,.0f} target tokens/s, "
+        f"{cpu_fixed:.3f} CPU s per 1k tokens\n"
+        f"  live pipeline  {rate_live:>10,.0f} target tokens/s, "
+        f"{cpu_live:.3f} CPU s per 1k tokens, {wait_live:.2f}% of the time waiting "
+        f"for a batch\n"
+        f"  live/fixed: {rate_live / rate_fixed:.2f} in wall time; the pipeline adds "
+        f"{100.0 * (cpu_live / cpu_fixed - 1):+.1f}% CPU"
+    )
+    return rate_fixed, rate_live
+
+
+def main(argv):
+    args = parse_args(argv)
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_pipeline_")
+    os.makedirs(work_dir, exist_ok=True)
+    print(
+        f"work dir {work_dir}; {os.cpu_count()} CPUs; TF {tf.__version__}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    data_dir, summary, phases, total, mean_words = bench_datagen(args, work_dir)
+    report_datagen(args, summary, phases, total, mean_words)
+    problem = TranslateParallelText()
+    problem.load(data_dir)
+    pipeline = bench_pipeline(problem, data_dir, args)
+    steps = {"transformer_tiny": args.tiny_steps, "transformer_base": args.base_steps}
+    print("\n== verdict: pipeline target tokens/s ÷ training consumption ==")
+    results = {}
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        results[name] = bench_training(
+            problem, data_dir, args, name, steps.get(name, args.base_steps)
+        )
+    for name, (fixed, live) in results.items():
+        print(
+            f"  {name:18s} pipeline {pipeline['target tokens/s']:>10,.0f} / consumption "
+            f"{fixed:>8,.0f} = {pipeline['target tokens/s'] / fixed:6.1f}x; "
+            f"live/fixed {live / fixed:.2f}"
+        )
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,496 @@
+"""Profile: where the wall time of a t2t-trainer run goes, per micro-step.
+
+Runs the real training loop, t2t_lite.training.trainer.Trainer.train(), unmodified, with
+a RunConfig like configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on
+algorithmic_reverse, 2000 micro-steps, save and eval every 500) in a temporary
+output_dir, and times its parts by wrapping methods of this process's objects (no
+library file is changed):
+
+  start-up       Trainer construction: problem data, model, optimizer, TrainStep
+  train() setup  iterator creation, restore attempt, first log line
+  input wait     time inside the training iterator's __next__ (first call separately:
+                 it fills the shuffle buffer)
+  step           TrainStep.__call__: Python dispatch + the compiled step; the first
+                 call of each compiled function (tracing) is reported separately
+  meter.add      the throughput meter's add() (it used to do two float() per micro-step)
+  divergence     Trainer._check_divergence, if present: reads a counter every update
+  log/save/eval  Trainer._log, Trainer.save, Trainer.evaluate
+  loop rest      loop wall time minus all of the above (range, modulo tests, ...)
+
+Then three micro-measurements put the per-micro-step numbers in context: float() on a
+step output, the fixed cost of calling a tf.function with the step's input signature
+(Python dispatch), and the input pipeline alone (batches/s with nothing else running).
+
+--profiler=pyinstrument (pip install pyinstrument; not a t2t_lite dependency) or
+--profiler=cprofile additionally profiles the train() call and prints the call tree or
+the top functions. To try a candidate fix, copy the package outside the repository,
+edit the copy and run this script with PYTHONPATH pointing at the copy; the script
+prints which t2t_lite it imported.
+
+Run (from the repository root):
+
+  python scripts/profile_train_step.py
+  python scripts/profile_train_step.py --profiler=pyinstrument
+  python scripts/profile_train_step.py --train_steps=400 --save_checkpoints_steps=200 \\
+      --local_eval_frequency=200
+"""
+
+import argparse
+import collections
+import contextlib
+import glob
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import tensorflow as tf
+from absl import logging
+from tensorflow.python.data.ops import iterator_ops
+
+import t2t_lite
+from t2t_lite.registry import HPARAMS_SETS
+from t2t_lite.training import trainer as trainer_module
+from t2t_lite.training.trainer import RunConfig, Trainer
+
+_BATCH_SIGNATURE = (
+    {
+        "inputs": tf.TensorSpec([None, None], tf.int32),
+        "targets": tf.TensorSpec([None, None], tf.int32),
+    },
+)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--problem", default="algorithmic_reverse")
+    p.add_argument("--hparams_set", default="transformer_tiny_fake_gpu4")
+    p.add_argument("--hparams", default="")
+    p.add_argument("--train_steps", type=int, default=2000)
+    p.add_argument("--save_checkpoints_steps", type=int, default=500)
+    p.add_argument("--local_eval_frequency", type=int, default=500)
+    p.add_argument("--eval_steps", type=int, default=0)
+    p.add_argument("--log_steps", type=int, default=250)
+    p.add_argument(
+        "--output_dir",
+        default="",
+        help="Default: a temporary directory, deleted at the end.",
+    )
+    p.add_argument(
+        "--profiler", choices=("none", "pyinstrument", "cprofile"), default="none"
+    )
+    p.add_argument(
+        "--profile_out",
+        default="",
+        help="pyinstrument: also write an HTML report here.",
+    )
+    p.add_argument(
+        "--op_stats_steps",
+        type=int,
+        default=40,
+        help="Step calls traced by the TF profiler for the op-type table; 0: skip.",
+    )
+    p.add_argument(
+        "--interference_chunk",
+        type=int,
+        default=40,
+        help="Micro-steps per chunk of the live-pipeline vs in-memory comparison "
+        "(a multiple of n keeps the accumulate/update mix equal).",
+    )
+    p.add_argument(
+        "--pipeline_batches",
+        type=int,
+        default=500,
+        help="Batches for the input-pipeline-alone measurement.",
+    )
+    return p.parse_args(argv)
+
+
+# --- timers --------------------------------------------------------------------------
+
+
+class Timers:
+    """Named lists of durations in seconds."""
+
+    def __init__(self):
+        self.samples = collections.defaultdict(list)
+        self.in_eval = False
+
+    def add(self, name, seconds):
+        self.samples[name].append(seconds)
+
+    def total(self, name):
+        return sum(self.samples.get(name, ()))
+
+    def count(self, name):
+        return len(self.samples.get(name, ()))
+
+    def timed(self, name, fn, first_apart=False):
+        """fn, timed under `name`; with first_apart the first call (which may trace a
+        tf.function) goes under "`name` (1st)"."""
+
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                first = first_apart and not self.count(f"{name} (1st)")
+                self.add(f"{name} (1st)" if first else name, time.perf_counter() - t0)
+
+        return wrapper
+
+
+class TimedStep:
+    """Stands in for trainer.step: times each call, first calls (tracing) apart."""
+
+    def __init__(self, step, timers):
+        self._step, self._timers = step, timers
+        self._seen = set()
+
+    def __call__(self, batch, global_step):
+        kind = (
+            "update" if self._step.is_update_micro_step(global_step) else "accumulate"
+        )
+        t0 = time.perf_counter()
+        out = self._step(batch, global_step)
+        name = f"step {kind}" if kind in self._seen else f"trace {kind}"
+        self._seen.add(kind)
+        self._timers.add(name, time.perf_counter() - t0)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._step, name)
+
+
+def _meter_class():
+    """The loop's throughput meter class (renamed once; both names are looked up)."""
+    for name in ("ThroughputMeter", "_ThroughputMeter"):
+        if hasattr(trainer_module, name):
+            return getattr(trainer_module, name)
+    raise RuntimeError("t2t_lite.training.trainer has no ThroughputMeter to time.")
+
+
+@contextlib.contextmanager
+def instrumented(trainer, timers):
+    """Wraps the loop's parts for the duration of the block; restores them after."""
+    original_next = iterator_ops.OwnedIterator.__next__
+    meter_class = _meter_class()
+    original_add = meter_class.add
+
+    def timed_next(iterator):
+        if timers.in_eval:
+            return original_next(iterator)
+        name = "input wait" if timers.count("first next") else "first next"
+        t0 = time.perf_counter()
+        try:
+            return original_next(iterator)
+        finally:
+            timers.add(name, time.perf_counter() - t0)
+
+    def timed_evaluate(evaluate):
+        def wrapper():
+            timers.in_eval = True
+            try:
+                return evaluate()
+            finally:
+                timers.in_eval = False
+
+        return timers.timed("evaluate", wrapper, first_apart=True)
+
+    iterator_ops.OwnedIterator.__next__ = timed_next
+    meter_class.add = timers.timed("meter.add", original_add)
+    trainer.step = TimedStep(trainer.step, timers)
+    trainer._log = timers.timed("log", trainer._log, first_apart=True)
+    if hasattr(trainer, "_check_divergence"):  # reads a counter on every update
+        trainer._check_divergence = timers.timed(
+            "divergence check", trainer._check_divergence
+        )
+    trainer.save = timers.timed("save", trainer.save, first_apart=True)
+    trainer.evaluate = timed_evaluate(trainer.evaluate)
+    try:
+        yield
+    finally:
+        iterator_ops.OwnedIterator.__next__ = original_next
+        meter_class.add = original_add
+        trainer.step = trainer.step._step
+
+
+# --- the run -------------------------------------------------------------------------
+
+
+def make_trainer(args, output_dir, timers):
+    hp = HPARAMS_SETS.get(args.hparams_set)().parse(args.hparams)
+    config = RunConfig(
+        problem=args.problem,
+        model="transformer",
+        output_dir=output_dir,
+        train_steps=args.train_steps,
+        eval_steps=args.eval_steps,
+        local_eval_frequency=args.local_eval_frequency,
+        save_checkpoints_steps=args.save_checkpoints_steps,
+        log_steps=args.log_steps,
+    )
+    t0 = time.perf_counter()
+    trainer = Trainer(config, hp)
+    timers.add("start-up", time.perf_counter() - t0)
+    return trainer
+
+
+def _start_profiler(kind):
+    """A started profiler of `kind` ("pyinstrument", "cprofile"), or None."""
+    if kind == "pyinstrument":
+        import pyinstrument  # pylint: disable=import-outside-toplevel
+
+        profiler = pyinstrument.Profiler(interval=0.001)
+        profiler.start()
+        return profiler
+    if kind == "cprofile":
+        import cProfile  # pylint: disable=import-outside-toplevel
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        return profiler
+    return None
+
+
+def _print_profile(profiler, args):
+    if args.profiler == "pyinstrument":
+        print(profiler.output_text(unicode=True, color=False, show_all=False))
+        if args.profile_out:
+            with open(args.profile_out, "w") as f:
+                f.write(profiler.output_html())
+    elif args.profiler == "cprofile":
+        import pstats  # pylint: disable=import-outside-toplevel
+
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+
+
+def train(trainer, timers, args):
+    """trainer.train() with the loop's parts timed (and profiled, if asked)."""
+    with instrumented(trainer, timers):
+        profiler = _start_profiler(args.profiler)
+        t0 = time.perf_counter()
+        try:
+            record = trainer.train()
+        finally:
+            timers.add("train()", time.perf_counter() - t0)
+            if args.profiler == "pyinstrument":
+                profiler.stop()
+            elif args.profiler == "cprofile":
+                profiler.disable()
+    if profiler is not None:
+        _print_profile(profiler, args)
+    return record
+
+
+# --- micro-measurements --------------------------------------------------------------
+
+
+def _median_call_seconds(fn, calls):
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def float_cost(trainer, batch):
+    """Seconds for one float() of a step output (both outputs: twice this)."""
+    out = trainer.step.accumulate(batch)
+    value = tf.nest.flatten(out["loss_sum"])[0]  # may be one tensor per replica
+    return _median_call_seconds(lambda: float(value), 2000)
+
+
+def dispatch_cost(batch):
+    """Seconds to call a tf.function with the step's signature and an empty body."""
+    empty = tf.function(
+        lambda b: {"loss_sum": tf.constant(0.0), "tokens": tf.constant(0.0)},
+        input_signature=_BATCH_SIGNATURE,
+    )
+    empty(batch)
+    return _median_call_seconds(lambda: empty(batch), 2000)
+
+
+def pipeline_interference(trainer, chunks, chunk_steps, start_step):
+    """Median step-call seconds when fed by the live input pipeline (its threads
+    work while the step runs) vs. replaying the very same batches from memory right
+    after (the pipeline's prefetch buffer is full then, so it idles)."""
+    iterator = iter(trainer.dataset("train", training=True, seed=2))
+    times = {"live": [], "memory": []}
+    step = start_step
+    for chunk in range(chunks + 1):  # the first chunk warms up
+        consumed = []
+        for source in ("live", "memory"):
+            for i in range(chunk_steps):
+                if source == "live":
+                    consumed.append(next(iterator))
+                t0 = time.perf_counter()
+                trainer.step(consumed[i], step)
+                if chunk:
+                    times[source].append(time.perf_counter() - t0)
+                step += 1
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def op_type_stats(trainer, steps, start_step):
+    """{op type: self seconds per micro-step} of `steps` step calls, from the TF
+    profiler (its private xspace converter: the profile plugin is not installed)."""
+    from tensorflow.python.profiler.internal import (  # pylint: disable=import-outside-toplevel
+        _pywrap_profiler_plugin as plugin,
+    )
+
+    iterator = iter(trainer.dataset("train", training=True, seed=3))
+    batches = [next(iterator) for _ in range(steps)]
+    del iterator
+    for i, batch in enumerate(batches):  # warm up on these shapes
+        trainer.step(batch, start_step + i)
+    logdir = tempfile.mkdtemp(prefix="t2t_tfprof_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        for i, batch in enumerate(batches):
+            trainer.step(batch, start_step + steps + i)
+        tf.profiler.experimental.stop()
+        paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        data, _ = plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    table = json.loads(data)[0]
+    ids = [c["id"] for c in table["cols"]]
+    totals = collections.Counter()
+    for row in table["rows"]:
+        cells = dict(zip(ids, [c.get("v") if c else None for c in row["c"]]))
+        totals[cells["type"]] += cells["total_self_time"] * 1e-6 / steps
+    return totals
+
+
+def print_op_stats(totals, top=12):
+    busy = sum(v for k, v in totals.items() if k != "IDLE")
+    print(
+        f"\nTF op self time per micro-step, summed over threads (profiler on): "
+        f"{1e3 * busy:.1f} ms busy, {1e3 * totals.get('IDLE', 0.0):.1f} ms IDLE"
+    )
+    for name, seconds in totals.most_common():
+        if name == "IDLE":
+            continue
+        if top <= 0:
+            break
+        top -= 1
+        print(f"  {name:<28} {1e3 * seconds:7.2f} ms {100 * seconds / busy:5.1f}%")
+
+
+def pipeline_alone(trainer, batches):
+    """Seconds per batch of the training input pipeline with nothing else running."""
+    iterator = iter(trainer.dataset("train", training=True, seed=1))
+    next(iterator)  # fills the shuffle buffer
+    for _ in range(20):
+        next(iterator)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return (time.perf_counter() - t0) / batches
+
+
+# --- report --------------------------------------------------------------------------
+
+
+def report(timers, args, extras):
+    steps = args.train_steps
+    loop = timers.total("train()")
+    parts = [
+        "first next",
+        "trace accumulate",
+        "trace update",
+        "input wait",
+        "step accumulate",
+        "step update",
+        "meter.add",
+        "divergence check",
+        "log (1st)",
+        "log",
+        "save (1st)",
+        "save",
+        "evaluate (1st)",
+        "evaluate",
+    ]
+    accounted = sum(timers.total(p) for p in parts)
+    rows = [("start-up (Trainer())", timers.total("start-up"), 1)]
+    rows += [(p, timers.total(p), timers.count(p)) for p in parts]
+    rows.append(("loop rest / setup", loop - accounted, steps))
+    total = timers.total("start-up") + loop
+    print(
+        f"\n{steps} micro-steps, {args.hparams_set} on {args.problem}, "
+        f"{os.cpu_count()} CPU cores, TF {tf.__version__}; "
+        f"load average now {os.getloadavg()[0]:.2f}"
+    )
+    header = (
+        f"{'part':<22} {'calls':>6} {'total s':>8} {'ms/call':>9} "
+        f"{'ms/micro-step':>13} {'share':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, seconds, calls in rows:
+        print(
+            f"{name:<22} {calls:>6} {seconds:>8.2f} "
+            f"{1e3 * seconds / max(calls, 1):>9.2f} {1e3 * seconds / steps:>13.3f} "
+            f"{100 * seconds / total:>5.1f}%"
+        )
+    print("-" * len(header))
+    print(
+        f"{'total (start-up+train)':<22} {'':>6} {total:>8.2f} {'':>9} "
+        f"{1e3 * total / steps:>13.3f} 100.0%"
+    )
+    live, memory = extras["interference"]["live"], extras["interference"]["memory"]
+    print("\nmicro-measurements:")
+    print(
+        f"  step call fed by live pipeline   {1e3 * live:.2f} ms, from in-memory "
+        f"batches {1e3 * memory:.2f} ms (the same batches replayed; medians)"
+    )
+    print(
+        f"  float() of one step output       {1e3 * extras['float']:.4f} ms "
+        f"(meter.add does 2 per micro-step)"
+    )
+    print(
+        f"  empty tf.function call, same sig {1e3 * extras['dispatch']:.3f} ms "
+        f"(Python dispatch floor of a step call)"
+    )
+    print(f"  input pipeline alone             {1e3 * extras['pipeline']:.3f} ms/batch")
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.set_verbosity(logging.WARNING)
+    print(f"t2t_lite imported from {os.path.dirname(t2t_lite.__file__)}")
+    output_dir = args.output_dir or tempfile.mkdtemp(prefix="t2t_profile_")
+    timers = Timers()
+    try:
+        trainer = make_trainer(args, output_dir, timers)
+        record = train(trainer, timers, args)
+        print(
+            f"final eval: loss {record['loss']:.4f}, accuracy {record['accuracy']:.4f}"
+        )
+        batch = next(iter(trainer.dataset("train", training=True, seed=1)))
+        extras = {
+            "interference": pipeline_interference(
+                trainer, 5, args.interference_chunk, args.train_steps
+            ),
+            "float": float_cost(trainer, batch),
+            "dispatch": dispatch_cost(batch),
+            "pipeline": pipeline_alone(trainer, args.pipeline_batches),
+        }
+        report(timers, args, extras)
+        if args.op_stats_steps > 0:
+            start = args.train_steps + 12 * args.interference_chunk
+            print_op_stats(op_type_stats(trainer, args.op_stats_steps, start))
+    finally:
+        if not args.output_dir:
+            shutil.rmtree(output_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
