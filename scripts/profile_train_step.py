@@ -193,10 +193,10 @@ def instrumented(trainer, timers):
             timers.add(name, time.perf_counter() - t0)
 
     def timed_evaluate(evaluate):
-        def wrapper():
+        def wrapper(*args, **kwargs):
             timers.in_eval = True
             try:
-                return evaluate()
+                return evaluate(*args, **kwargs)
             finally:
                 timers.in_eval = False
 
