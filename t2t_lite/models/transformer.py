@@ -154,12 +154,25 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
         return tf.reshape(x, [batch, length, self.hidden_size])
 
+    def keys_values(self, memory):
+        """memory [batch, k_len, hidden] -> (keys, values), each
+        [batch, heads, k_len, depth]. Decoding caches these (see DecoderLayer)."""
+        return (
+            self._split_heads(self.k_dense(memory)),
+            self._split_heads(self.v_dense(memory)),
+        )
+
     def call(self, query, memory, bias, training=False):
         """query [batch, q_len, hidden], memory [batch, k_len, hidden],
         bias broadcastable to [batch, heads, q_len, k_len]."""
+        keys, values = self.keys_values(memory)
+        return self.attend(query, keys, values, bias, training=training)
+
+    def attend(self, query, keys, values, bias, training=False):
+        """Attention of query [batch, q_len, hidden] over already projected keys and
+        values [batch, heads, k_len, depth] -> [batch, q_len, hidden]."""
         q = self._split_heads(self.q_dense(query))  # [batch, heads, q_len, depth]
-        k = self._split_heads(self.k_dense(memory))  # [batch, heads, k_len, depth]
-        v = self._split_heads(self.v_dense(memory))  # [batch, heads, k_len, depth]
+        k, v = keys, values
         q *= (self.hidden_size // self.num_heads) ** -0.5
         logits = tf.matmul(q, k, transpose_b=True)  # [batch, heads, q_len, k_len]
         weights = tf.nn.softmax(logits + bias)
@@ -313,6 +326,38 @@ class DecoderLayer(_TransformerLayerBase):
         y = self.ffn(self.ffn_norm(x), training=training)
         return self._residual(x, y, training)  # [batch, tgt_len, hidden]
 
+    def empty_self_cache(self, batch_size, max_length):
+        """Self-attention keys/values of positions not decoded yet: zeros
+        {"k", "v"} [batch, heads, max_length, depth], filled one position per step."""
+        depth = self.hidden_size // self.num_heads
+        zeros = tf.zeros([batch_size, self.num_heads, max_length, depth])
+        return {"k": zeros, "v": zeros}
+
+    def decode_step(self, x, index, self_cache, encdec_cache, self_bias, encdec_bias):
+        """`call` for the single position `index`, reusing cached keys/values.
+
+        x [batch, 1, hidden]; self_cache {"k", "v"} [batch, heads, max_length, depth]
+        holds positions < index (zeros elsewhere); encdec_cache (keys, values) of the
+        encoder output; self_bias [1, 1, 1, max_length] masks positions > index.
+        Returns (output [batch, 1, hidden], self_cache with position index filled).
+        """
+        y = self.self_attention_norm(x)
+        new_k, new_v = self.self_attention.keys_values(y)  # [batch, heads, 1, depth]
+        # Position `index` is still zero in the cache: adding writes it.
+        at_index = tf.one_hot(index, tf.shape(self_cache["k"])[2])[None, None, :, None]
+        self_cache = {
+            "k": self_cache["k"] + new_k * at_index,
+            "v": self_cache["v"] + new_v * at_index,
+        }
+        y = self.self_attention.attend(y, self_cache["k"], self_cache["v"], self_bias)
+        x += y
+        y = self.encdec_attention.attend(
+            self.encdec_attention_norm(x), *encdec_cache, encdec_bias
+        )
+        x += y
+        x += self.ffn(self.ffn_norm(x))
+        return x, self_cache  # [batch, 1, hidden]
+
 
 class Transformer(keras.Model):
     """T2T Transformer: features {"inputs", "targets"} (int ids) -> logits.
@@ -384,6 +429,12 @@ class Transformer(keras.Model):
             DecoderLayer(*args, name=f"decoder_layer_{i}")
             for i in range(self.num_decoder_layers)
         ]
+        # tf.train.Checkpoint does not see layers inside a Keras 3 list attribute: a
+        # model-only checkpoint would hold the embeddings and final norms, and
+        # tf.train.Checkpoint(model=...) would restore those alone, silently. One
+        # attribute per layer puts every weight under model/ in the checkpoint.
+        for layer in self.encoder_layers + self.decoder_layers:
+            setattr(self, layer.name, layer)
         self.encoder_norm = keras.layers.LayerNormalization(
             epsilon=self.norm_epsilon, name="encoder_norm"
         )
@@ -447,6 +498,47 @@ class Transformer(keras.Model):
         x = self.decoder_norm(x)  # [batch, tgt_len, hidden]
         logits = self.softmax(x, mode="linear")  # [batch, tgt_len, vocab]
         return tf.cast(logits, tf.float32)
+
+    # --- incremental decoding (decoding/search.py drives these) ---------------------
+
+    def encoder_decoder_cache(self, encoder_output):
+        """Per decoder layer, the (keys, values) of the encoder output
+        [batch, heads, src_len, depth]: computed once per sentence, not per step."""
+        return [
+            layer.encdec_attention.keys_values(encoder_output)
+            for layer in self.decoder_layers
+        ]
+
+    def empty_self_cache(self, batch_size, max_length):
+        """Per decoder layer, zero self-attention keys/values for max_length steps."""
+        return [
+            layer.empty_self_cache(batch_size, max_length)
+            for layer in self.decoder_layers
+        ]
+
+    def decode_step(self, ids, index, self_cache, encdec_cache, encoder_decoder_bias):
+        """Logits for position `index` only, from cached keys/values.
+
+        ids int [batch]: the decoder input at `index` (0 at index 0, then the previous
+        output); self_cache from `empty_self_cache` or the previous step; encdec_cache
+        from `encoder_decoder_cache`. Gives the logits `decode` gives at `index` (to
+        float tolerance) without recomputing positions < index.
+        Returns (float32 logits [batch, vocab], updated self_cache).
+        """
+        max_length = tf.shape(self_cache[0]["k"])[2]
+        x = self.target_embedding(tf.cast(ids, tf.int32)[:, None])  # [batch, 1, hidden]
+        x += get_timing_signal_1d(1, self.hidden_size, start_index=index)
+        later = tf.cast(tf.range(max_length) > index, tf.float32)  # [max_length]
+        self_bias = (later * NEG_INF)[None, None, None, :]  # [1, 1, 1, max_length]
+        new_cache = []
+        for layer, cache, encdec in zip(self.decoder_layers, self_cache, encdec_cache):
+            x, cache = layer.decode_step(
+                x, index, cache, encdec, self_bias, encoder_decoder_bias
+            )
+            new_cache.append(cache)
+        x = self.decoder_norm(x)
+        logits = self.softmax(x, mode="linear")[:, 0, :]  # [batch, vocab]
+        return tf.cast(logits, tf.float32), new_cache
 
     def call(self, features, training=False):
         """features {"inputs": [batch, src_len], "targets": [batch, tgt_len]} int ids
