@@ -17,6 +17,7 @@ setup(
         "numpy>=1.26,<3",
         "sentencepiece==0.2.*",  # subword vocabularies (t2t-datagen)
         "tensorflow-datasets==4.9.*",  # TFDS translation problems (read, never fetched)
+        "sacrebleu==2.*",  # BLEU/chrF with standard signatures (t2t-bleu, BLEU during training)
     ],
     extras_require={
         "test": ["pytest==9.*"],
@@ -25,6 +26,9 @@ setup(
         "console_scripts": [
             "t2t-trainer=t2t_lite.bin.trainer:run",
             "t2t-datagen=t2t_lite.bin.datagen:run",
+            "t2t-decoder=t2t_lite.bin.decoder:run",
+            "t2t-avg-all=t2t_lite.bin.avg_checkpoints:run",
+            "t2t-bleu=t2t_lite.bin.bleu:run",
         ],
     },
 )

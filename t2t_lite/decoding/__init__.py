@@ -1,0 +1,1 @@
+"""Decoding: greedy and beam search with a key/value cache, translation, BLEU."""
