@@ -4,6 +4,7 @@ from absl import flags, logging
 
 from t2t_lite import registry
 from t2t_lite.bin import common
+from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.training.trainer import RunConfig, Trainer
@@ -48,6 +49,17 @@ flags.DEFINE_boolean(
     "Enable TensorFlow op determinism: two runs with the same flags give bitwise "
     "identical weights (slower; see README).",
 )
+flags.DEFINE_integer(
+    "eval_bleu_sentences",
+    256,
+    "Translation problems: dev sentences decoded for BLEU at every evaluation; "
+    "0: no BLEU; < 0: the whole dev set.",
+)
+flags.DEFINE_string(
+    "eval_decode_hparams",
+    "beam_size=1",
+    "Decode hparams of that BLEU (default greedy; see t2t-decoder --decode_hparams).",
+)
 flags.DEFINE_boolean("registry_help", False, "List every registered name and exit.")
 
 
@@ -66,6 +78,7 @@ def _check_flags():
         raise UserError(
             f"--random_seed must be in [0, 2**32), got {FLAGS.random_seed}."
         )
+    decode_hparams(FLAGS.eval_decode_hparams, "--eval_decode_hparams")
     if FLAGS.local_eval_frequency < 0:
         raise UserError(
             f"--local_eval_frequency must be >= 0, got {FLAGS.local_eval_frequency}."
@@ -101,6 +114,8 @@ def main(argv):
         log_steps=FLAGS.log_steps,
         random_seed=FLAGS.random_seed,
         deterministic=FLAGS.deterministic,
+        eval_bleu_sentences=FLAGS.eval_bleu_sentences,
+        eval_decode_hparams=FLAGS.eval_decode_hparams,
     )
     trainer = Trainer(config, hp)
     record = trainer.train()
@@ -116,6 +131,7 @@ def main(argv):
         f"{record['update_step']}): loss {record['loss']:.4f}, accuracy "
         f"{record['accuracy']:.4f}, sequence_accuracy "
         f"{record['sequence_accuracy']:.4f}"
+        + (f", BLEU {record['bleu']:.2f}" if "bleu" in record else "")
     )
     return 0
 

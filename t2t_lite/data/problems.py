@@ -89,6 +89,7 @@ class Problem:
 
     name = "problem"
     token_separator = " "  # Joins decoded tokens in `decode`.
+    reports_bleu = False  # evaluations decode the dev set and report BLEU
 
     @property
     def vocab_size(self):
@@ -137,6 +138,39 @@ class Problem:
             )
             parts.append((flat, lengths))
         return _ragged_dataset(*parts)
+
+    def encode_inputs(self, text):
+        """Text as `decode` writes it → input ids ending with EOS (for t2t-decoder).
+
+        Raises ValueError naming the first token that is not in the vocabulary.
+        """
+        if not hasattr(self, "_token_ids"):
+            self._token_ids = {
+                self.id_to_token(i): i for i in range(NUM_RESERVED_IDS, self.vocab_size)
+            }
+        tokens = text.split(self.token_separator) if self.token_separator else text
+        ids = []
+        for token in tokens:
+            if token.strip() == "":
+                continue
+            if token.strip() not in self._token_ids:
+                raise ValueError(
+                    f"token {token.strip()!r} is not in {self.name}'s vocabulary"
+                )
+            ids.append(self._token_ids[token.strip()])
+        return ids + [EOS_ID]
+
+    def dev_text(self):
+        """(sources, references): dev sentences as text, for BLEU while training.
+
+        In-process problems write their dev ids as text; file-backed problems return
+        the raw dev text t2t-datagen kept (references must not be re-tokenized).
+        """
+        pairs = self.generate("dev")
+        return (
+            [self.decode(inputs) for inputs, _ in pairs],
+            [self.decode(targets) for _, targets in pairs],
+        )
 
     def decode(self, ids):
         """Turns ids into a readable string for logs: stops at EOS, skips padding.

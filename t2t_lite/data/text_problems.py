@@ -46,6 +46,7 @@ class TextProblem(Problem):
     """A problem whose data t2t-datagen writes into data_dir (vocab + TFRecords)."""
 
     default_vocab_size = 8000  # used when t2t-datagen gets no --vocab_size
+    reports_bleu = True  # translation: evaluations report BLEU on dev text
 
     def __init__(self):
         self._data_dir = None
@@ -154,6 +155,15 @@ class TextProblem(Problem):
                     f"re-run t2t-datagen --problem={self.name} --overwrite."
                 )
         return tfrecords.read_dataset(paths, shuffle_files=split == "train")
+
+    def dev_text(self):
+        """The dev sentences t2t-datagen kept as text, aligned with the dev shard."""
+        manifest, _ = self._loaded()
+        texts = []
+        for side in SIDES:
+            path = os.path.join(self._data_dir, manifest["splits"]["dev"]["text"][side])
+            texts.append([text for _, text in text_io.read_lines(path)])
+        return texts[0], texts[1]
 
     def encode_inputs(self, text):
         """Source text → ids ending with EOS (what the decoder feeds the model)."""

@@ -2,8 +2,9 @@
 
 import tensorflow as tf
 
+from t2t_lite.decoding.bleu import corpus_scores
+from t2t_lite.decoding.decoder import Decoder
 from t2t_lite.errors import UserError
-
 from t2t_lite.models.transformer import token_accuracy, token_loss
 
 _BATCH_SIGNATURE = (
@@ -54,3 +55,37 @@ class Evaluator:
             "sequence_accuracy": totals["correct_sequences"] / totals["sequences"],
             "eval_tokens": int(totals["tokens"]),
         }
+
+
+class BleuEvaluator:
+    """Decodes (a slice of) the dev source text and scores it against the references.
+
+    Teacher-forced accuracy says little about translations the model produces on its
+    own; T2T's in-graph "approx BLEU" had the same blind spot. This runs the real
+    decoder (greedy by default: a cheap trend; t2t-decoder gives the final BLEU).
+    """
+
+    def __init__(self, model, problem, decode_hp, max_sentences, max_input_length):
+        self.model = model
+        self.problem = problem
+        self.decoder = Decoder(model, decode_hp, max_input_length)
+        self.max_sentences = max_sentences
+        self._text = None  # (sources, references), read on first use
+
+    def evaluate(self, should_stop=lambda: False):
+        """{"bleu": corpus BLEU, "bleu_sentences": n}, or None if stopped."""
+        if self._text is None:
+            sources, references = self.problem.dev_text()
+            if self.max_sentences > 0:
+                sources = sources[: self.max_sentences]
+                references = references[: self.max_sentences]
+            self._text = sources, references
+        sources, references = self._text
+        results = self.decoder.translate(
+            sources, self.problem.encode_inputs, self.problem.decode, should_stop
+        )
+        if results is None:
+            return None
+        hypotheses = [hyps[0][0] for hyps in results]
+        scores = corpus_scores(hypotheses, references)
+        return {"bleu": scores.bleu, "bleu_sentences": len(sources)}

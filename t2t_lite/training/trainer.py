@@ -12,6 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.data.pipeline import make_dataset
+from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.optim.optimizers import optimizer_from_hparams
@@ -19,7 +20,7 @@ from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
 from t2t_lite.registry import MODELS, PROBLEMS
 from t2t_lite.training import run_dir
 from t2t_lite.training.checkpoints import CheckpointKeeper
-from t2t_lite.training.evaluation import Evaluator
+from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
 from t2t_lite.training.preemption import StopRequest
 from t2t_lite.training.progress import ThroughputMeter, format_seconds
 from t2t_lite.training.train_step import TrainStep
@@ -45,6 +46,9 @@ class RunConfig:
     log_steps: int = 100
     random_seed: int = 1
     deterministic: bool = False  # TF op determinism: bitwise-repeatable runs, slower
+    # BLEU at every evaluation, for problems with dev text (translation problems):
+    eval_bleu_sentences: int = 0  # dev sentences decoded; 0: no BLEU; < 0: all
+    eval_decode_hparams: str = "beam_size=1"  # greedy: a cheap trend
 
 
 def simulation_line(hp, replicas):
@@ -104,6 +108,15 @@ class Trainer:
             strategy=self.strategy,
         )
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
+        self.bleu_evaluator = None
+        if config.eval_bleu_sentences and self.problem.reports_bleu:
+            self.bleu_evaluator = BleuEvaluator(
+                self.model,
+                self.problem,
+                decode_hparams(config.eval_decode_hparams, "--eval_decode_hparams"),
+                config.eval_bleu_sentences,
+                max_input_length=hp.max_length or hp.batch_size,
+            )
         self.checkpoint = tf.train.Checkpoint(**self.step.checkpoint_items())
         self._writers = {}  # TensorBoard writers by subdirectory, opened on first use
         self.checkpoints = CheckpointKeeper(
@@ -161,6 +174,11 @@ class Trainer:
         )
         if metrics is None:
             return None
+        if self.bleu_evaluator:
+            bleu = self.bleu_evaluator.evaluate(lambda: bool(stop and stop.requested))
+            if bleu is None:
+                return None
+            metrics.update(bleu)
         record = {
             "global_step": self.step.micro_step,
             "update_step": self.step.update_step,
@@ -169,16 +187,18 @@ class Trainer:
         if write:
             run_dir.append_metrics(self.config.output_dir, record)
             with self._writer("eval").as_default(step=record["global_step"]):
-                for key in ("loss", "accuracy", "sequence_accuracy"):
-                    tf.summary.scalar(key, metrics[key])
+                for key in ("loss", "accuracy", "sequence_accuracy", "bleu"):
+                    if key in metrics:
+                        tf.summary.scalar(key, metrics[key])
         logging.info(
             "Eval at step %d (update %d): loss %.4f, accuracy %.4f, "
-            "sequence accuracy %.4f",
+            "sequence accuracy %.4f%s",
             record["global_step"],
             record["update_step"],
             metrics["loss"],
             metrics["accuracy"],
             metrics["sequence_accuracy"],
+            f", BLEU {metrics['bleu']:.2f}" if "bleu" in metrics else "",
         )
         return record
 

@@ -1,0 +1,170 @@
+"""Loading a trained model for decoding: the run's hparams, problem, and checkpoint.
+
+A run directory records everything needed to rebuild its model (hparams.json, and
+run.json with the problem, model and vocabulary fingerprint), so `t2t-decoder
+--output_dir=RUN` needs no --hparams_set/--hparams. When they are given anyway (T2T
+habit), they must agree with the run: a model rebuilt with other hparams would not
+match its checkpoint, or worse, would load and translate with the wrong settings.
+"""
+
+import glob
+import json
+import os
+import re
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import registry
+from t2t_lite.errors import UserError
+from t2t_lite.hparams import HParams, HParamsError
+from t2t_lite.hparams_checks import validate
+from t2t_lite.training.run_dir import HPARAMS_FILE, RUN_FILE
+
+# Errors of a checkpoint file that is damaged (truncated, bad CRC, missing shard).
+_DAMAGE_ERRORS = (
+    tf.errors.DataLossError,
+    tf.errors.NotFoundError,
+    tf.errors.OutOfRangeError,
+    IndexError,
+)
+
+
+def _read_json(path, what):
+    try:
+        with open(path) as f:
+            return f.read() if what == "hparams" else json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is unreadable ({e}).") from None
+
+
+def run_hparams(run_dir, hparams_set, overrides):
+    """The run's stored hparams; --hparams_set/--hparams, if given, must agree."""
+    path = os.path.join(run_dir, HPARAMS_FILE)
+    stored = None
+    if os.path.exists(path):
+        try:
+            stored = HParams.from_json(_read_json(path, "hparams"))
+        except HParamsError as e:
+            raise UserError(f"{path}: {e}") from None
+    if not hparams_set and not overrides:
+        if stored is None:
+            raise UserError(
+                f"no {HPARAMS_FILE} in '{run_dir}': pass the --hparams_set (and "
+                "--hparams) the model was trained with."
+            )
+        return stored
+    given = registry.HPARAMS_SETS.get(hparams_set or "transformer_base")()
+    given = validate(given.parse(overrides))
+    if stored is not None:
+        differing = given.diff(stored)
+        if differing:
+            details = ", ".join(
+                f"{k}={stored.values().get(k)!r} (given {given.values().get(k)!r})"
+                for k in differing[:5]
+            )
+            raise UserError(
+                f"the run in '{run_dir}' was trained with other hparams: {details}; "
+                "drop --hparams_set/--hparams to use the run's own."
+            )
+    return given
+
+
+def run_identity(run_dir, problem, model):
+    """(problem, model, vocab_fingerprint or None) from run.json and the flags."""
+    path = os.path.join(run_dir, RUN_FILE)
+    stored = _read_json(path, "run") if os.path.exists(path) else {}
+    names = {}
+    for key, flag_value in (("problem", problem), ("model", model)):
+        value = stored.get(key)
+        if flag_value and value and flag_value != value:
+            raise UserError(
+                f"the run in '{run_dir}' is {key} {value!r}, not --{key}={flag_value}."
+            )
+        names[key] = flag_value or value
+        if not names[key]:
+            raise UserError(f"--{key} is required (no {RUN_FILE} in '{run_dir}').")
+    return names["problem"], names["model"], stored.get("vocab_fingerprint")
+
+
+def checkpoint_candidates(run_dir):
+    """Checkpoint prefixes found on disk, newest first."""
+
+    def step(prefix):
+        match = re.search(r"-(\d+)$", prefix)
+        return int(match.group(1)) if match else -1
+
+    prefixes = [
+        p[: -len(".index")] for p in glob.glob(os.path.join(run_dir, "*.index"))
+    ]
+    return sorted(prefixes, key=step, reverse=True)
+
+
+def restore_model(model, checkpoint_path, run_dir):
+    """Restores the model's weights only (not the optimizer); returns the path.
+
+    checkpoint_path: a prefix such as RUN/model-2000, or "" for the newest readable
+    checkpoint in run_dir (a damaged newest one is skipped with a warning)."""
+    candidates = (
+        [checkpoint_path] if checkpoint_path else checkpoint_candidates(run_dir)
+    )
+    if not candidates:
+        raise UserError(
+            f"no checkpoint in '{run_dir}': train first, or pass --checkpoint_path."
+        )
+    checkpoint = tf.train.Checkpoint(model=model)
+    for path in candidates:
+        if not tf.io.gfile.exists(path + ".index"):
+            raise UserError(
+                f"--checkpoint_path '{path}': no checkpoint there ({path}.index missing)."
+            )
+        try:
+            checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+            return path
+        except _DAMAGE_ERRORS as e:
+            if checkpoint_path:
+                raise UserError(
+                    f"checkpoint {path} is damaged: {_first_line(e)}"
+                ) from None
+            logging.warning(
+                "Checkpoint %s is damaged (%s); trying the previous one.",
+                path,
+                _first_line(e),
+            )
+        except (tf.errors.OpError, ValueError, AssertionError) as e:
+            raise UserError(
+                f"cannot load checkpoint {path} into this model: {_first_line(e)}"
+            ) from None
+    raise UserError(f"no readable checkpoint in '{run_dir}' (tried {len(candidates)}).")
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def load_for_decoding(
+    *, output_dir, checkpoint_path, problem, model, hparams_set, hparams, data_dir
+):
+    """Returns (model, problem, hp, checkpoint path) ready to decode."""
+    if not output_dir and not checkpoint_path:
+        raise UserError("give --output_dir (the run) or --checkpoint_path.")
+    if checkpoint_path and os.path.isdir(checkpoint_path):  # a run dir: its newest
+        output_dir, checkpoint_path = checkpoint_path, ""
+    run_dir = output_dir or os.path.dirname(checkpoint_path) or "."
+    if not os.path.isdir(run_dir):
+        raise UserError(f"--output_dir '{run_dir}' does not exist.")
+    hp = run_hparams(run_dir, hparams_set, hparams)
+    problem_name, model_name, fingerprint = run_identity(run_dir, problem, model)
+    the_problem = registry.PROBLEMS.get(problem_name)()
+    the_problem.load(data_dir or None)
+    if fingerprint and fingerprint != the_problem.vocab_fingerprint():
+        raise UserError(
+            f"the vocabulary in --data_dir '{data_dir}' is not the one the run in "
+            f"'{run_dir}' was trained with; pass the run's --data_dir."
+        )
+    the_model = registry.MODELS.get(model_name).from_hparams(hp, the_problem.vocab_size)
+    dummy = {"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)}
+    the_model(dummy, training=False)  # create the variables
+    path = restore_model(the_model, checkpoint_path, run_dir)
+    return the_model, the_problem, hp, path

@@ -1,0 +1,189 @@
+"""Greedy and beam search over any step function, compiled as tf.while_loops.
+
+The searches know nothing about the Transformer. They call
+
+    step_fn(ids, index, state) -> (logits [N, vocab], new_state)
+
+where `ids` int32 [N, decode_length + 1] holds the decoder inputs: position 0 is 0 (the
+start, as in training's shift_right), position i > 0 the token chosen at step i - 1,
+zeros after `index`. `state` is a nest of tensors with leading dimension N (the
+key/value cache, or nothing for a step function that recomputes the prefix); beam
+search reorders it along with the hypotheses. N is batch (greedy) or batch * beam.
+
+Beam search follows T2T (GNMT length penalty ((5 + length) / 6) ** alpha, 2 * beam
+candidates per step so a beam never runs dry of unfinished hypotheses, stop once no
+unfinished hypothesis can beat the finished ones) with fairseq's rule that a
+hypothesis ending in EOS is finished only if it ranks among the best `beam_size`
+candidates of its step. That rule makes beam_size 1 with alpha 0 exactly greedy; T2T's
+version could finish a worse, earlier EOS instead.
+"""
+
+import tensorflow as tf
+
+EOS_ID = 1
+NEG_INF = -1e9  # Score of an impossible hypothesis.
+
+
+def length_penalty(length, alpha):
+    """GNMT's ((5 + length) / 6) ** alpha; length counts tokens including EOS."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _write_column(ids, column, values):
+    """ids [..., L] with ids[..., column] = values [...]; that column was zero."""
+    one_hot = tf.one_hot(column, tf.shape(ids)[-1], dtype=ids.dtype)  # [L]
+    return ids + values[..., None] * one_hot
+
+
+def greedy_search(step_fn, state, batch_size, decode_length, eos_id=EOS_ID):
+    """Picks the most likely token at each step until every sequence has EOS.
+
+    Returns (ids int32 [batch, decode_length]: outputs with EOS, zeros after it;
+    log_probs float32 [batch]: the sum of the chosen tokens' log-probabilities).
+    """
+    ids = tf.zeros([batch_size, decode_length + 1], tf.int32)
+    finished = tf.zeros([batch_size], tf.bool)
+    log_probs = tf.zeros([batch_size], tf.float32)
+
+    def not_done(index, ids, finished, log_probs, state):
+        del ids, log_probs, state
+        return tf.logical_and(index < decode_length, ~tf.reduce_all(finished))
+
+    def step(index, ids, finished, log_probs, state):
+        logits, state = step_fn(ids, index, state)  # [batch, vocab]
+        token_log_probs = tf.nn.log_softmax(logits)
+        chosen = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [batch]
+        chosen = tf.where(finished, 0, chosen)  # padding after EOS
+        gained = tf.gather(token_log_probs, chosen, batch_dims=1)  # [batch]
+        log_probs += tf.where(finished, 0.0, gained)
+        ids = _write_column(ids, index + 1, chosen)
+        finished = tf.logical_or(finished, tf.equal(chosen, eos_id))
+        return index + 1, ids, finished, log_probs, state
+
+    _, ids, _, log_probs, _ = tf.while_loop(
+        not_done, step, (tf.constant(0), ids, finished, log_probs, state)
+    )
+    return ids[:, 1:], log_probs
+
+
+def _gather_beams(tensor, indices, batch_size, beam_size):
+    """tensor [batch * old_beams, ...] -> [batch * new_beams, ...] picking beams
+    indices [batch, new_beams] of each batch entry (hypotheses and their cache)."""
+    shape = tf.shape(tensor)
+    by_batch = tf.reshape(tensor, tf.concat([[batch_size, -1], shape[1:]], axis=0))
+    picked = tf.gather(by_batch, indices, batch_dims=1)  # [batch, new_beams, ...]
+    return tf.reshape(picked, tf.concat([[batch_size * beam_size], shape[1:]], axis=0))
+
+
+def _top_k_gather(scores, k, *tensors):
+    """The k best by `scores` [batch, m] and the matching entries of each tensor
+    [batch, m, ...], sorted best first. Returns (scores, indices, *tensors)."""
+    top_scores, indices = tf.math.top_k(scores, k=k)
+    return (top_scores, indices) + tuple(
+        tf.gather(t, indices, batch_dims=1) for t in tensors
+    )
+
+
+def beam_search(
+    step_fn,
+    state,
+    batch_size,
+    beam_size,
+    vocab_size,
+    decode_length,
+    alpha=0.6,
+    eos_id=EOS_ID,
+    stop_on_best_only=True,
+):
+    """Beam search; `state` and step_fn's N dimension are batch * beam (each batch
+    entry's beams adjacent, e.g. tf.repeat(x, beam_size, axis=0)).
+
+    stop_on_best_only: stop when the best finished hypothesis can no longer be beaten
+    (enough for a 1-best answer); False waits until all beam_size finished ones are
+    safe (for n-best lists).
+    Returns (ids int32 [batch, beam, decode_length], EOS-terminated, zeros after;
+    scores float32 [batch, beam], log-probability / length penalty, best first).
+    """
+    k = beam_size
+    seq_length = decode_length + 1
+    alive_ids = tf.zeros([batch_size, k, seq_length], tf.int32)
+    # Only beam 0 is live at first, so step 0 does not expand k identical copies.
+    alive_log_probs = tf.tile([[0.0] + [NEG_INF] * (k - 1)], [batch_size, 1])
+    finished_ids = tf.zeros([batch_size, k, seq_length], tf.int32)
+    finished_scores = tf.fill([batch_size, k], NEG_INF)
+    finished_flags = tf.zeros([batch_size, k], tf.bool)
+    max_penalty = length_penalty(decode_length, alpha)
+
+    def not_done(index, alive_ids, alive_log_probs, finished_ids, scores, flags, st):
+        del alive_ids, finished_ids, st
+        # An unfinished hypothesis' score can only fall, to at best its log-prob
+        # now divided by the largest penalty.
+        best_possible = alive_log_probs[:, 0] / max_penalty  # [batch]
+        if stop_on_best_only:
+            bar = tf.reduce_max(tf.where(flags, scores, NEG_INF), axis=1)
+        else:
+            worst = tf.reduce_min(tf.where(flags, scores, -NEG_INF), axis=1)
+            bar = tf.where(tf.reduce_all(flags, axis=1), worst, NEG_INF)
+        settled = tf.reduce_all(bar > best_possible)
+        return tf.logical_and(index < decode_length, ~settled)
+
+    def step(index, alive_ids, alive_log_probs, finished_ids, scores, flags, state):
+        flat_ids = tf.reshape(alive_ids, [batch_size * k, seq_length])
+        logits, state = step_fn(flat_ids, index, state)  # [batch * k, vocab]
+        log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch_size, k, vocab_size])
+        log_probs += alive_log_probs[:, :, None]  # [batch, k, vocab]
+        penalty = length_penalty(index + 1, alpha)
+        # 2k candidates: even if k of them end in EOS, k unfinished ones remain.
+        flat_scores = tf.reshape(log_probs, [batch_size, k * vocab_size]) / penalty
+        cand_scores, cand_index = tf.math.top_k(flat_scores, k=2 * k)  # [batch, 2k]
+        cand_beam = cand_index // vocab_size
+        cand_token = cand_index % vocab_size
+        cand_ids = tf.gather(alive_ids, cand_beam, batch_dims=1)  # [batch, 2k, len]
+        cand_ids = _write_column(cand_ids, index + 1, cand_token)
+        cand_eos = tf.equal(cand_token, eos_id)  # [batch, 2k]
+
+        # Unfinished: the best k candidates not ending in EOS.
+        _, _, alive_ids, alive_log_probs, from_beam = _top_k_gather(
+            cand_scores + tf.cast(cand_eos, tf.float32) * NEG_INF,
+            k,
+            cand_ids,
+            cand_scores * penalty,
+            cand_beam,
+        )
+        state = tf.nest.map_structure(
+            lambda t: _gather_beams(t, from_beam, batch_size, k), state
+        )
+
+        # Finished: EOS candidates within the step's top k join the finished ones.
+        in_top_k = tf.range(2 * k) < k  # candidates come sorted best first
+        newly = tf.logical_and(cand_eos, in_top_k[None, :])
+        scores, _, finished_ids, flags = _top_k_gather(
+            tf.concat([scores, tf.where(newly, cand_scores, NEG_INF)], axis=1),
+            k,
+            tf.concat([finished_ids, cand_ids], axis=1),
+            tf.concat([flags, newly], axis=1),
+        )
+        return index + 1, alive_ids, alive_log_probs, finished_ids, scores, flags, state
+
+    index, alive_ids, alive_log_probs, finished_ids, scores, flags, _ = tf.while_loop(
+        not_done,
+        step,
+        (
+            tf.constant(0),
+            alive_ids,
+            alive_log_probs,
+            finished_ids,
+            finished_scores,
+            finished_flags,
+            state,
+        ),
+    )
+    # Hypotheses that never finished (decode_length reached) compete with the
+    # finished ones on the same normalized score.
+    alive_scores = alive_log_probs / length_penalty(index, alpha)
+    scores, _, ids = _top_k_gather(
+        tf.concat([tf.where(flags, scores, NEG_INF), alive_scores], axis=1),
+        k,
+        tf.concat([finished_ids, alive_ids], axis=1),
+    )
+    return ids[:, :, 1:], scores

@@ -1,0 +1,186 @@
+"""The train → average → decode → BLEU path through the CLIs, and t2t-decoder's
+bad-input table (one line "t2t-decoder: error: ...", no traceback).
+
+Each CLI start imports TensorFlow (~3 s), so independent runs start in parallel."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from t2t_lite.data import datagen
+from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
+from t2t_lite.decoding.bleu import read_lines
+from t2t_lite.decoding.decoder import Decoder, decode_hparams
+from t2t_lite.decoding.loading import load_for_decoding
+
+
+def _start(module, *args, stdin_text=None):
+    process = subprocess.Popen(
+        [sys.executable, "-m", f"t2t_lite.bin.{module}", *args],
+        stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, stdin_text
+
+
+def _finish(started):
+    process, stdin_text = started
+    stdout, stderr = process.communicate(stdin_text, timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _errors(result, program="t2t-decoder"):
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    prefix = f"{program}: error:"
+    return [line for line in result.stderr.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture(scope="module")
+def dev_files(numbers_run, tmp_path_factory):
+    """A source file of 30 dev sentences with an empty line and an over-long line
+    inside, and the matching references (empty/long lines excluded)."""
+    sources = read_lines(
+        os.path.join(numbers_run.data_dir, "translate_numbers_en_fr-dev.source.txt")
+    )[:30]
+    references = read_lines(
+        os.path.join(numbers_run.data_dir, "translate_numbers_en_fr-dev.target.txt")
+    )[:30]
+    lines = sources[:10] + [""] + sources[10:20] + [" ".join(sources)] + sources[20:]
+    root = tmp_path_factory.mktemp("decode")
+    source_file, reference_file = root / "dev.en", root / "dev.fr"
+    source_file.write_text("".join(f"{line}\n" for line in lines))
+    reference_file.write_text("".join(f"{line}\n" for line in references))
+    return root, lines, sources
+
+
+def test_train_average_decode_bleu(numbers_run, dev_files):
+    root, lines, _ = dev_files
+    run, avg = numbers_run.output_dir, str(root / "avg")
+    common = [f"--data_dir={numbers_run.data_dir}", "--decode_hparams=beam_size=4"]
+    averaging = _start(
+        "avg_checkpoints", f"--model_dir={run}", f"--output_dir={avg}", "--n=2"
+    )
+    decoding = _start(
+        "decoder",
+        f"--output_dir={run}",
+        *common,
+        f"--decode_from_file={root / 'dev.en'}",
+        f"--decode_to_file={root / 'out.fr'}",
+    )
+    result = _finish(averaging)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "steps 150, 300" in result.stdout
+    from_average = _start(
+        "decoder",
+        f"--output_dir={avg}",
+        *common,
+        f"--decode_from_file={root / 'dev.en'}",
+        f"--decode_to_file={root / 'avg.fr'}",
+    )
+    for started in (decoding, from_average):
+        result = _finish(started)
+        assert result.returncode == 0, result.stderr[-2000:]
+
+    outputs = read_lines(str(root / "out.fr"))
+    assert len(outputs) == len(lines)  # order and count kept, empty line included
+    assert outputs[10] == ""
+    assert outputs[21]  # the over-long line was truncated, not dropped
+
+    # The CLI's output is the library's, line for line.
+    model, problem, hp, _ = load_for_decoding(
+        output_dir=run,
+        checkpoint_path="",
+        problem="",
+        model="",
+        hparams_set="",
+        hparams="",
+        data_dir=numbers_run.data_dir,
+    )
+    decoder = Decoder(model, decode_hparams("beam_size=4"), hp.max_length)
+    expected = decoder.translate(lines, problem.encode_inputs, problem.decode)
+    assert outputs == [h[0][0] for h in expected]
+
+    # Without the empty and the long line, the output aligns with the references.
+    kept = [o for i, o in enumerate(outputs) if i not in (10, 21)]
+    (root / "kept.fr").write_text("".join(f"{line}\n" for line in kept))
+    bleu = _finish(
+        _start(
+            "bleu",
+            f"--translation={root / 'kept.fr'}",
+            f"--reference={root / 'dev.fr'}",
+        )
+    )
+    assert bleu.returncode == 0, bleu.stderr[-2000:]
+    first = bleu.stdout.splitlines()[0]
+    assert first.startswith("BLEU = ") and "nrefs:1" in first
+    assert float(first.split()[2]) > 50
+    assert len(read_lines(str(root / "avg.fr"))) == len(lines)
+
+
+def test_interactive_mode_prints_one_line_per_input(numbers_run, dev_files):
+    _, _, sources = dev_files
+    result = _finish(
+        _start(
+            "decoder",
+            f"--output_dir={numbers_run.output_dir}",
+            f"--data_dir={numbers_run.data_dir}",
+            "--decode_interactive",
+            "--decode_hparams=beam_size=2,return_beams=true,write_beam_scores=true",
+            stdin_text=f"{sources[0]}\n\n{sources[1]}\n",
+        )
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout.splitlines()
+    assert len(out) == 3
+    first = out[0].split("\t")
+    assert len(first) == 4  # two beams, each "text<TAB>score"
+    assert float(first[1]) >= float(first[3])
+    assert out[1].split("\t")[0] == ""
+
+
+@pytest.fixture(scope="module")
+def other_vocab_dir(tmp_path_factory):
+    data_dir = str(tmp_path_factory.mktemp("other") / "data")
+    datagen.generate(
+        TranslateNumbersEnFr(train_size=500, dev_size=20),
+        data_dir,
+        config=datagen.DatagenConfig(num_shards=1, vocab_size=60),
+        log=lambda _: None,
+    )
+    return data_dir
+
+
+def test_bad_inputs_are_one_line_errors(numbers_run, dev_files, other_vocab_dir):
+    root, _, _ = dev_files
+    (root / "bad.en").write_bytes(b"one\n\xff\xfe two\n")
+    (root / "empty_run").mkdir(exist_ok=True)
+    run = f"--output_dir={numbers_run.output_dir}"
+    data = f"--data_dir={numbers_run.data_dir}"
+    source = f"--decode_from_file={root / 'dev.en'}"
+    rows = [
+        ([run, data], ["--decode_from_file", "--decode_interactive"]),
+        ([run, data, f"--decode_from_file={root / 'missing.en'}"], ["missing.en"]),
+        ([run, data, source, "--decode_hparams=beam_size=0"], ["beam_size", ">= 1"]),
+        ([run, data, source, "--decode_hparams=beam=4"], ["beam", "beam_size"]),
+        ([run, data, source, "--hparams_set=transformer_base"], ["hidden_size"]),
+        ([run, data, source, "--problem=algorithmic_reverse"], ["problem"]),
+        ([f"--output_dir={root / 'empty_run'}", data, source], ["hparams.json"]),
+        ([run, data, source, f"--checkpoint_path={root / 'nope'}"], ["nope"]),
+        ([run, f"--data_dir={root / 'nodata'}", source], ["nodata"]),
+        ([run, f"--data_dir={other_vocab_dir}", source], ["vocabulary"]),
+        ([run, data, f"--decode_from_file={root / 'bad.en'}"], ["bad.en:2", "UTF-8"]),
+    ]
+    results = []
+    for first in range(0, len(rows), 4):  # 4 at a time: each one loads TensorFlow
+        started = [_start("decoder", *args) for args, _ in rows[first : first + 4]]
+        results += [_finish(process) for process in started]
+    for (args, words), result in zip(rows, results):
+        assert result.returncode != 0, args
+        errors = _errors(result)
+        assert len(errors) == 1, (args, result.stderr[-2000:])
+        for word in words:
+            assert word in errors[0], (args, errors[0])
