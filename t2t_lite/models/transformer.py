@@ -57,9 +57,14 @@ def attention_bias_ignore_padding(ids):
 
 
 def attention_bias_lower_triangle(length):
-    """Causal bias: -1e9 where the key is after the query. [1, 1, length, length]."""
+    """Causal bias: -1e9 where the key is after the query. [1, length, length].
+
+    Three dimensions, not T2T's [1, 1, length, length]: both broadcast over batch and
+    heads alike, but with the 4-D one TF's oneDNN CPU kernels run an inference-only
+    forward pass 6-100x slower (evaluation, uncached decoding); training is not
+    affected. Measured in scripts/bench_decoding.py's notes and README."""
     allowed = tf.linalg.band_part(tf.ones([length, length]), -1, 0)
-    return ((1.0 - allowed) * NEG_INF)[None, None, :, :]
+    return ((1.0 - allowed) * NEG_INF)[None, :, :]
 
 
 def shift_right(targets):
@@ -310,7 +315,7 @@ class DecoderLayer(_TransformerLayerBase):
 
     def call(self, x, encoder_output, self_bias, encoder_decoder_bias, training=False):
         """x [batch, tgt_len, hidden]; encoder_output [batch, src_len, hidden];
-        self_bias [1, 1, tgt_len, tgt_len];
+        self_bias [1, tgt_len, tgt_len];
         encoder_decoder_bias [batch, 1, 1, src_len]."""
         y = self.self_attention_norm(x)
         x = self._residual(
@@ -488,7 +493,7 @@ class Transformer(keras.Model):
         shift_right: position 0 holds 0) -> float32 logits [batch, tgt_len, vocab].
         Logits at position i predict target i from decoder inputs 0..i."""
         ids = tf.cast(decoder_input_ids, tf.int32)
-        self_bias = attention_bias_lower_triangle(tf.shape(ids)[1])  # [1, 1, t, t]
+        self_bias = attention_bias_lower_triangle(tf.shape(ids)[1])  # [1, t, t]
         x = self.target_embedding(ids)  # [batch, tgt_len, hidden]
         x = self._add_timing_and_dropout(x, training)
         for layer in self.decoder_layers:
