@@ -74,6 +74,11 @@ def _prepare(kind, tmp_path, existing_run):
 
 # (extra flags, output dir kind, words the one-line message must contain)
 ROWS = [
+    (
+        ["--eval_decode_hparams=beam_size=0"],
+        "fresh",
+        ["--eval_decode_hparams", "beam_size"],
+    ),
     (["--hparams=hidden_sise=8"], "fresh", ["hidden_sise", "hidden_size"]),
     (["--hparams=hidden_size=big"], "fresh", ["hidden_size", "int"]),
     (["--hparams=hidden_size"], "fresh", ["name=value"]),

@@ -11,7 +11,7 @@ import pytest
 
 from t2t_lite.data import datagen
 from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
-from t2t_lite.decoding.bleu import read_lines
+from t2t_lite.decoding.bleu import corpus_scores, read_lines
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding
 
@@ -118,7 +118,10 @@ def test_train_average_decode_bleu(numbers_run, dev_files):
     first = bleu.stdout.splitlines()[0]
     assert first.startswith("BLEU = ") and "nrefs:1" in first
     assert float(first.split()[2]) > 50
-    assert len(read_lines(str(root / "avg.fr"))) == len(lines)
+    averaged = read_lines(str(root / "avg.fr"))
+    assert len(averaged) == len(lines)
+    kept_averaged = [o for i, o in enumerate(averaged) if i not in (10, 21)]
+    assert corpus_scores(kept_averaged, read_lines(str(root / "dev.fr"))).bleu > 50
 
 
 def test_interactive_mode_prints_one_line_per_input(numbers_run, dev_files):
@@ -139,7 +142,7 @@ def test_interactive_mode_prints_one_line_per_input(numbers_run, dev_files):
     first = out[0].split("\t")
     assert len(first) == 4  # two beams, each "text<TAB>score"
     assert float(first[1]) >= float(first[3])
-    assert out[1].split("\t")[0] == ""
+    assert out[1].split("\t") == ["", "0.0000", "", "0.0000"]  # columns kept
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +176,8 @@ def test_bad_inputs_are_one_line_errors(numbers_run, dev_files, other_vocab_dir)
         ([run, f"--data_dir={root / 'nodata'}", source], ["nodata"]),
         ([run, f"--data_dir={other_vocab_dir}", source], ["vocabulary"]),
         ([run, data, f"--decode_from_file={root / 'bad.en'}"], ["bad.en:2", "UTF-8"]),
+        ([run, data, source, "--decode_interactive"], ["--decode_interactive"]),
+        ([f"--output_dir={root / 'dev.en'}", data, source], ["not a directory"]),
     ]
     results = []
     for first in range(0, len(rows), 4):  # 4 at a time: each one loads TensorFlow

@@ -4,6 +4,7 @@ far better than an untrained one, and evaluations report BLEU while training."""
 
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -12,9 +13,10 @@ import tensorflow as tf
 
 from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
-from t2t_lite.decoding.loading import load_for_decoding
+from t2t_lite.decoding.loading import load_for_decoding, restore_model, run_hparams
 from t2t_lite.errors import UserError
 from t2t_lite.models.transformer import Transformer, shift_right
+from t2t_lite.training.evaluation import BleuEvaluator
 
 
 def _random_model(seed=0, layers=2, vocab_size=24):
@@ -158,3 +160,51 @@ def test_bleu_is_reported_while_training(numbers_run):
         for event in tf.compat.v1.train.summary_iterator(os.path.join(eval_dir, name)):
             tags.update(v.tag for v in event.summary.value)
     assert "bleu" in tags
+
+
+def test_hparams_given_on_the_command_line_must_match_the_architecture(numbers_run):
+    run = numbers_run.output_dir
+    same = run_hparams(run, "transformer_tiny_fake_gpu4", "learning_rate_constant=9")
+    assert same.hidden_size == 128  # the run's architecture; other keys may differ
+    assert same.learning_rate_constant == 9  # --hparams apply on top of the run's
+    overridden = run_hparams(run, "", "max_length=7")
+    assert overridden.max_length == 7 and overridden.hidden_size == 128
+    with pytest.raises(UserError, match="hidden_size=128 \\(given 512\\)"):
+        run_hparams(run, "transformer_base", "")
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(numbers_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(numbers_run.output_dir, run)
+    for data in run.glob("model-300.data-*"):
+        data.write_bytes(data.read_bytes()[:100])
+    model = _random_model(layers=2, vocab_size=100)
+    with pytest.raises(UserError, match="cannot load checkpoint .*model-150"):
+        restore_model(model, "", str(run))  # falls back, then: other architecture
+    loaded, _, _, path = load_for_decoding(
+        output_dir=str(run),
+        checkpoint_path="",
+        problem="",
+        model="",
+        hparams_set="",
+        hparams="",
+        data_dir=numbers_run.data_dir,
+    )
+    assert path.endswith("model-150")
+    with pytest.raises(UserError, match="damaged"):
+        restore_model(loaded, str(run / "model-300.index"), str(run))
+
+
+def test_bleu_evaluation_stops_between_batches_on_request(trained):
+    model, problem, _, _, _ = trained
+    evaluator = BleuEvaluator(model, problem, decode_hparams("batch_size=8"), 32, 32)
+    polls = []
+
+    def stop_after_two_batches():
+        polls.append(1)
+        return len(polls) > 2
+
+    assert evaluator.evaluate(stop_after_two_batches) is None
+    assert len(polls) == 3  # polled before each batch: 2 decoded, stopped at the 3rd
+    scores = evaluator.evaluate()
+    assert scores["bleu_sentences"] == 32 and scores["bleu"] > 50

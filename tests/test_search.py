@@ -75,16 +75,57 @@ def test_beam_of_one_equals_greedy(seed):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_n_best_lists_are_sorted_and_distinct(alpha):
+@pytest.mark.parametrize("decode_length", [3, 10])
+def test_n_best_lists_are_sorted_and_distinct(alpha, decode_length):
+    """Finished hypotheses first, best first; then unfinished ones (decode_length ran
+    out: likely at 3 steps), best first."""
     step_fn = markov_step_fn(7)
     ids, scores = beam_search(
-        step_fn, (), 2, 3, VOCAB, 10, alpha=alpha, stop_on_best_only=False
+        step_fn, (), 2, 3, VOCAB, decode_length, alpha=alpha, stop_on_best_only=False
     )
-    scores = scores.numpy()
-    assert np.all(np.diff(scores, axis=1) <= 0), scores
-    assert np.all(scores > -1e8)  # every slot holds a real hypothesis
-    for batch in ids.numpy():
-        assert len({tuple(row) for row in batch}) == 3
+    seen_unfinished = False
+    for rows, row_scores in zip(ids.numpy(), scores.numpy()):
+        assert len({tuple(row) for row in rows}) == 3
+        assert np.all(row_scores > -1e8)  # every slot holds a real hypothesis
+        finished = np.array([EOS_ID in row for row in rows])
+        assert not np.any(finished[1:] & ~finished[:-1])  # finished ones first
+        for group in (row_scores[finished], row_scores[~finished]):
+            assert np.all(np.diff(group) <= 0), row_scores
+        seen_unfinished |= not finished.all()
+    if decode_length == 10:
+        assert not seen_unfinished
+
+
+def test_a_finished_hypothesis_outranks_one_that_ran_out_of_length():
+    """[2, 2, 2, 2, 2] never ends (EOS 1e-6 after step 0) and its per-token score
+    beats [EOS]'s; it only ran out of decode_length, so [EOS] is the answer (T2T)."""
+    step_fn = table_step_fn(
+        [[1e-6, 0.3, 0.69, 0.01 - 3e-6, 1e-6, 1e-6]]
+        + [[1e-6, 1e-6, 0.999, 0.001 - 3e-6, 1e-6, 1e-6]] * 4
+    )
+    ids, scores = beam_search(step_fn, (), 1, 2, VOCAB, 5, alpha=0.6)
+    assert ids[0, 0].numpy().tolist() == [EOS_ID, 0, 0, 0, 0]
+    assert float(scores[0, 0]) == pytest.approx(math.log(0.3), abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_stopping_early_keeps_the_best_hypothesis(seed):
+    """stop_on_best_only stops once the best finished hypothesis is safe; waiting
+    for all beam_size finished ones (a later stop) must not change the best."""
+    step_fn = markov_step_fn(seed)
+    early = beam_search(step_fn, (), 3, 3, VOCAB, 14, alpha=0.6)
+    late = beam_search(step_fn, (), 3, 3, VOCAB, 14, alpha=0.6, stop_on_best_only=False)
+    np.testing.assert_array_equal(early[0][:, 0], late[0][:, 0])
+    np.testing.assert_allclose(early[1][:, 0], late[1][:, 0], rtol=1e-6)
+
+
+def test_padding_is_never_chosen():
+    pad_first = table_step_fn([[0.6, 0.1, 0.1, 0.1, 0.05, 0.05]])
+    greedy_ids, _ = greedy_search(pad_first, (), 1, 4)
+    beam_ids, _ = beam_search(pad_first, (), 1, 2, VOCAB, 4, stop_on_best_only=False)
+    assert greedy_ids.numpy().tolist() == [[EOS_ID, 0, 0, 0]]
+    for row in beam_ids.numpy()[0]:
+        assert row[0] != 0
 
 
 def test_beam_finds_a_sequence_at_least_as_likely_as_greedy():

@@ -63,7 +63,15 @@ def _decode_file(decoder, problem, hp):
     start = time.perf_counter()
     encode = _encoder(problem, path)
     sources = [encode(item) if item[1] else [1] for item in lines]
-    results = decoder.decode_ids(sources)
+    last_report = [start]
+
+    def progress(done, total):  # a line every ~30 s on long files
+        now = time.perf_counter()
+        if now - last_report[0] > 30 and done < total:
+            last_report[0] = now
+            logging.info("decoded %d of %d lines", done, total)
+
+    results = decoder.decode_ids(sources, progress=progress)
     outputs = [
         _format([(problem.decode(h.ids), h.score) for h in hyps], hp)
         for hyps in results
@@ -86,9 +94,10 @@ def _decode_file(decoder, problem, hp):
             decoder.max_input_length,
         )
     rate = len(lines) / seconds if seconds else 0.0
+    where = f" → {FLAGS.decode_to_file}" if FLAGS.decode_to_file else ""
     print(
         f"t2t-decoder: {len(lines)} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
-        f"beam {hp.beam_size}){' → ' + FLAGS.decode_to_file if FLAGS.decode_to_file else ''}",
+        f"beam {hp.beam_size}){where}",
         file=sys.stderr,
     )
 
@@ -108,7 +117,14 @@ def _decode_interactive(decoder, problem, hp):
         except ValueError as e:  # interactive: report and keep going
             print(f"t2t-decoder: error: line {number}: {e}.", file=sys.stderr)
             continue
+        truncated = decoder.truncated
         (hypotheses,) = decoder.decode_ids([ids])
+        if decoder.truncated > truncated:
+            print(
+                f"t2t-decoder: warning: line {number} is longer than "
+                f"{decoder.max_input_length} tokens; decoded its beginning only.",
+                file=sys.stderr,
+            )
         texts = [(problem.decode(h.ids), h.score) for h in hypotheses]
         print(_format(texts, hp), flush=True)
 
@@ -117,9 +133,15 @@ def main(argv):
     del argv
     if not FLAGS.decode_from_file and not FLAGS.decode_interactive:
         raise UserError("give --decode_from_file=FILE or --decode_interactive.")
+    if FLAGS.decode_interactive and (FLAGS.decode_from_file or FLAGS.decode_to_file):
+        raise UserError(
+            "--decode_interactive reads stdin and prints to stdout; drop "
+            "--decode_from_file/--decode_to_file (or --decode_interactive)."
+        )
     if FLAGS.decode_from_file and not os.path.exists(FLAGS.decode_from_file):
         raise UserError(f"--decode_from_file '{FLAGS.decode_from_file}': no such file.")
     dhp = decode_hparams(FLAGS.decode_hparams)
+    logging.set_verbosity(logging.INFO)
     model, problem, hp, path = load_for_decoding(
         output_dir=FLAGS.output_dir,
         checkpoint_path=FLAGS.checkpoint_path,

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_lite.data.problems import EOS_ID
-from t2t_lite.decoding.search import beam_search, greedy_search
+from t2t_lite.decoding.search import beam_search, greedy_search, length_penalty
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, HParamsError
 
@@ -34,6 +34,8 @@ def decode_hparams(overrides="", flag="--decode_hparams"):
         hp.parse(overrides)
     except HParamsError as e:
         raise UserError(f"{flag}: {e}") from None
+    if hp.max_input_length == 1:
+        raise UserError(f"{flag}: max_input_length must be 0 or >= 2 (EOS takes one).")
     for key, minimum in (
         ("beam_size", 1),
         ("batch_size", 1),
@@ -51,18 +53,22 @@ def decode_hparams(overrides="", flag="--decode_hparams"):
 @dataclasses.dataclass
 class Hypothesis:
     ids: list  # output ids, EOS and padding removed
-    score: float  # log-probability / length penalty (greedy: log-probability)
+    score: float  # log-probability / GNMT length penalty (greedy search too)
 
 
 class Decoder:
     """Greedy (beam_size 1) or beam search over a Transformer, batch by batch."""
 
-    def __init__(self, model, hp, max_input_length, eos_id=EOS_ID):
-        """hp: decode_hparams(); max_input_length: used when hp.max_input_length is 0."""
+    def __init__(
+        self, model, hp, max_input_length, eos_id=EOS_ID, flag="--decode_hparams"
+    ):
+        """hp: decode_hparams(); max_input_length: used when hp.max_input_length is 0;
+        flag: what to call hp in error messages."""
         if 2 * hp.beam_size > model.vocab_size:
             raise UserError(
-                f"--decode_hparams: beam_size {hp.beam_size} is too large for a "
-                f"vocabulary of {model.vocab_size} ids (at most {model.vocab_size // 2})."
+                f"{flag}: beam_size {hp.beam_size} is too large for a "
+                f"vocabulary of {model.vocab_size} ids (at most "
+                f"{model.vocab_size // 2})."
             )
         self.model = model
         self.hp = hp
@@ -109,6 +115,9 @@ class Decoder:
             ids, scores = greedy_search(
                 step_fn, state, batch_size, decode_length, self.eos_id
             )
+            # Normalized like beam scores, so scores compare across beam sizes.
+            lengths = tf.reduce_sum(tf.cast(ids > 0, tf.int32), axis=1)
+            scores /= length_penalty(lengths, hp.alpha)
             return ids[:, None, :], scores[:, None]
         return beam_search(
             step_fn,
@@ -132,20 +141,22 @@ class Decoder:
             ids = ids[: self.max_input_length - 1] + [self.eos_id]
         return ids
 
-    def decode_ids(self, sources, should_stop=lambda: False):
+    def decode_ids(self, sources, should_stop=lambda: False, progress=None):
         """sources: id lists ending with EOS -> per source a list of Hypothesis, best
         first (beam_size of them with return_beams, else one), in input order.
 
         An empty source (no tokens before EOS) gets one empty hypothesis without
         running the model, so line counts stay aligned. `should_stop` is polled
-        between batches (a pre-emption signal during evaluation); None if it did."""
+        between batches (a pre-emption signal during evaluation); None if it did.
+        progress(done, total), if given, is called after each batch."""
         sources = [self._prepare(s) for s in sources]
         results = [None] * len(sources)
         todo = [
             i for i, s in enumerate(sources) if len(s) > 1 or s[:1] != [self.eos_id]
         ]
+        keep = self.hp.beam_size if self.hp.return_beams else 1
         for i in set(range(len(sources))) - set(todo):
-            results[i] = [Hypothesis([], 0.0)]
+            results[i] = [Hypothesis([], 0.0)] * keep  # n-best files keep their columns
         # Longest first: a batch that does not fit in memory fails at once.
         todo.sort(key=lambda i: -len(sources[i]))
         for start in range(0, len(todo), self.hp.batch_size):
@@ -158,12 +169,13 @@ class Decoder:
                 batch[row, : len(sources[i])] = sources[i]
             ids, scores = self._search(tf.constant(batch))
             ids, scores = ids.numpy(), scores.numpy()
-            keep = self.hp.beam_size if self.hp.return_beams else 1
             for row, i in enumerate(chunk):
                 results[i] = [
                     Hypothesis(self._strip(ids[row, b]), float(scores[row, b]))
                     for b in range(keep)
                 ]
+            if progress:
+                progress(start + len(chunk), len(todo))
         return results
 
     def _strip(self, ids):

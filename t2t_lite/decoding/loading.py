@@ -38,8 +38,24 @@ def _read_json(path, what):
         raise UserError(f"{path} is unreadable ({e}).") from None
 
 
+# Hparams that shape the model's weights: a set given on the command line must agree
+# with the run on these. Others (batching, learning rate, dropout) do not matter when
+# decoding and may differ, e.g. after a resume that changed the learning rate.
+ARCHITECTURE_KEYS = (
+    "hidden_size",
+    "filter_size",
+    "num_hidden_layers",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "num_heads",
+    "shared_embedding_and_softmax_weights",
+    "norm_epsilon",
+)
+
+
 def run_hparams(run_dir, hparams_set, overrides):
-    """The run's stored hparams; --hparams_set/--hparams, if given, must agree."""
+    """The run's stored hparams (--hparams, if given, applied on top). A
+    --hparams_set given too must agree with the run on ARCHITECTURE_KEYS."""
     path = os.path.join(run_dir, HPARAMS_FILE)
     stored = None
     if os.path.exists(path):
@@ -47,33 +63,37 @@ def run_hparams(run_dir, hparams_set, overrides):
             stored = HParams.from_json(_read_json(path, "hparams"))
         except HParamsError as e:
             raise UserError(f"{path}: {e}") from None
-    if not hparams_set and not overrides:
-        if stored is None:
+    if stored is None:
+        if not hparams_set:
             raise UserError(
                 f"no {HPARAMS_FILE} in '{run_dir}': pass the --hparams_set (and "
                 "--hparams) the model was trained with."
             )
-        return stored
-    given = registry.HPARAMS_SETS.get(hparams_set or "transformer_base")()
-    given = validate(given.parse(overrides))
-    if stored is not None:
-        differing = given.diff(stored)
+        return validate(registry.HPARAMS_SETS.get(hparams_set)().parse(overrides))
+    if hparams_set:
+        given = validate(registry.HPARAMS_SETS.get(hparams_set)().parse(overrides))
+        differing = [k for k in ARCHITECTURE_KEYS if k in given.diff(stored)]
         if differing:
             details = ", ".join(
                 f"{k}={stored.values().get(k)!r} (given {given.values().get(k)!r})"
-                for k in differing[:5]
+                for k in differing
             )
             raise UserError(
                 f"the run in '{run_dir}' was trained with other hparams: {details}; "
                 "drop --hparams_set/--hparams to use the run's own."
             )
-    return given
+    try:
+        return validate(stored.copy().parse(overrides))
+    except HParamsError as e:
+        raise UserError(f"--hparams: {e}") from None
 
 
 def run_identity(run_dir, problem, model):
     """(problem, model, vocab_fingerprint or None) from run.json and the flags."""
     path = os.path.join(run_dir, RUN_FILE)
     stored = _read_json(path, "run") if os.path.exists(path) else {}
+    if not isinstance(stored, dict):
+        raise UserError(f"{path} is not a JSON object; restore it from the run.")
     names = {}
     for key, flag_value in (("problem", problem), ("model", model)):
         value = stored.get(key)
@@ -94,9 +114,8 @@ def checkpoint_candidates(run_dir):
         match = re.search(r"-(\d+)$", prefix)
         return int(match.group(1)) if match else -1
 
-    prefixes = [
-        p[: -len(".index")] for p in glob.glob(os.path.join(run_dir, "*.index"))
-    ]
+    pattern = os.path.join(glob.escape(run_dir), "*.index")
+    prefixes = [p[: -len(".index")] for p in glob.glob(pattern)]
     return sorted(prefixes, key=step, reverse=True)
 
 
@@ -116,7 +135,8 @@ def restore_model(model, checkpoint_path, run_dir):
     for path in candidates:
         if not tf.io.gfile.exists(path + ".index"):
             raise UserError(
-                f"--checkpoint_path '{path}': no checkpoint there ({path}.index missing)."
+                f"--checkpoint_path '{path}': no checkpoint there "
+                f"({path}.index missing)."
             )
         try:
             checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
@@ -151,9 +171,12 @@ def load_for_decoding(
         raise UserError("give --output_dir (the run) or --checkpoint_path.")
     if checkpoint_path and os.path.isdir(checkpoint_path):  # a run dir: its newest
         output_dir, checkpoint_path = checkpoint_path, ""
+    # RUN/model-2000.index or .data-00000-of-00001 name the checkpoint RUN/model-2000.
+    checkpoint_path = re.sub(r"[.](index|data-[0-9]+-of-[0-9]+)$", "", checkpoint_path)
     run_dir = output_dir or os.path.dirname(checkpoint_path) or "."
     if not os.path.isdir(run_dir):
-        raise UserError(f"--output_dir '{run_dir}' does not exist.")
+        state = "is not a directory" if os.path.exists(run_dir) else "does not exist"
+        raise UserError(f"--output_dir '{run_dir}' {state}.")
     hp = run_hparams(run_dir, hparams_set, hparams)
     problem_name, model_name, fingerprint = run_identity(run_dir, problem, model)
     the_problem = registry.PROBLEMS.get(problem_name)()

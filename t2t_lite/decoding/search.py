@@ -15,11 +15,14 @@ candidates per step so a beam never runs dry of unfinished hypotheses, stop once
 unfinished hypothesis can beat the finished ones) with fairseq's rule that a
 hypothesis ending in EOS is finished only if it ranks among the best `beam_size`
 candidates of its step. That rule makes beam_size 1 with alpha 0 exactly greedy; T2T's
-version could finish a worse, earlier EOS instead.
+version could finish a worse, earlier EOS instead. As in T2T, a finished hypothesis
+always outranks one that merely ran out of decode_length; the padding id is never
+chosen (fairseq).
 """
 
 import tensorflow as tf
 
+PAD_ID = 0
 EOS_ID = 1
 NEG_INF = -1e9  # Score of an impossible hypothesis.
 
@@ -27,6 +30,12 @@ NEG_INF = -1e9  # Score of an impossible hypothesis.
 def length_penalty(length, alpha):
     """GNMT's ((5 + length) / 6) ** alpha; length counts tokens including EOS."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _without_padding(scores):
+    """scores [N, vocab] with the padding id made impossible: padding is not a token
+    (fairseq does the same); chosen, it would read as the start symbol next step."""
+    return scores + tf.one_hot(PAD_ID, tf.shape(scores)[-1], on_value=NEG_INF)
 
 
 def _write_column(ids, column, values):
@@ -52,7 +61,7 @@ def greedy_search(step_fn, state, batch_size, decode_length, eos_id=EOS_ID):
     def step(index, ids, finished, log_probs, state):
         logits, state = step_fn(ids, index, state)  # [batch, vocab]
         token_log_probs = tf.nn.log_softmax(logits)
-        chosen = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [batch]
+        chosen = tf.argmax(_without_padding(logits), axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, 0, chosen)  # padding after EOS
         gained = tf.gather(token_log_probs, chosen, batch_dims=1)  # [batch]
         log_probs += tf.where(finished, 0.0, gained)
@@ -101,8 +110,10 @@ def beam_search(
     stop_on_best_only: stop when the best finished hypothesis can no longer be beaten
     (enough for a 1-best answer); False waits until all beam_size finished ones are
     safe (for n-best lists).
-    Returns (ids int32 [batch, beam, decode_length], EOS-terminated, zeros after;
-    scores float32 [batch, beam], log-probability / length penalty, best first).
+    Returns (ids int32 [batch, beam, decode_length]: EOS-terminated, zeros after, unless
+    decode_length ran out first; scores float32 [batch, beam]: log-probability / length
+    penalty). Finished hypotheses come first, best first; unfinished ones (no EOS
+    within decode_length) only fill slots left over, also best first.
     """
     k = beam_size
     seq_length = decode_length + 1
@@ -130,7 +141,8 @@ def beam_search(
     def step(index, alive_ids, alive_log_probs, finished_ids, scores, flags, state):
         flat_ids = tf.reshape(alive_ids, [batch_size * k, seq_length])
         logits, state = step_fn(flat_ids, index, state)  # [batch * k, vocab]
-        log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch_size, k, vocab_size])
+        log_probs = _without_padding(tf.nn.log_softmax(logits))
+        log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])
         log_probs += alive_log_probs[:, :, None]  # [batch, k, vocab]
         penalty = length_penalty(index + 1, alpha)
         # 2k candidates: even if k of them end in EOS, k unfinished ones remain.
@@ -178,12 +190,30 @@ def beam_search(
             state,
         ),
     )
-    # Hypotheses that never finished (decode_length reached) compete with the
-    # finished ones on the same normalized score.
-    alive_scores = alive_log_probs / length_penalty(index, alpha)
-    scores, _, ids = _top_k_gather(
-        tf.concat([tf.where(flags, scores, NEG_INF), alive_scores], axis=1),
-        k,
-        tf.concat([finished_ids, alive_ids], axis=1),
+    # Finished hypotheses come first (as in T2T: an unfinished one that merely ran
+    # out of decode_length never pays for its EOS, so it must not outrank them);
+    # unfinished ones fill the slots no finished hypothesis took, best first.
+    ids, scores = _finished_then_alive(
+        finished_ids,
+        scores,
+        flags,
+        alive_ids,
+        alive_log_probs / length_penalty(index, alpha),
     )
     return ids[:, :, 1:], scores
+
+
+def _finished_then_alive(finished_ids, finished_scores, flags, alive_ids, alive_scores):
+    """Per batch entry: its f finished hypotheses (sorted, a prefix since unflagged
+    slots score NEG_INF), then its best k - f unfinished ones."""
+    k = tf.shape(flags)[1]
+    num_finished = tf.reduce_sum(tf.cast(flags, tf.int32), axis=1)[
+        :, None
+    ]  # [batch, 1]
+    slot = tf.range(k)[None, :]  # [1, k]
+    pick = tf.where(slot < num_finished, slot, k + slot - num_finished)  # [batch, k]
+    ids = tf.gather(tf.concat([finished_ids, alive_ids], 1), pick, batch_dims=1)
+    scores = tf.gather(
+        tf.concat([finished_scores, alive_scores], 1), pick, batch_dims=1
+    )
+    return ids, scores

@@ -68,18 +68,17 @@ class BleuEvaluator:
     def __init__(self, model, problem, decode_hp, max_sentences, max_input_length):
         self.model = model
         self.problem = problem
-        self.decoder = Decoder(model, decode_hp, max_input_length)
-        self.max_sentences = max_sentences
-        self._text = None  # (sources, references), read on first use
+        self.decoder = Decoder(
+            model, decode_hp, max_input_length, flag="--eval_decode_hparams"
+        )
+        # Read now: a missing dev text file fails at start-up, not hours later.
+        sources, references = problem.dev_text()
+        if max_sentences > 0:
+            sources, references = sources[:max_sentences], references[:max_sentences]
+        self._text = sources, references
 
     def evaluate(self, should_stop=lambda: False):
         """{"bleu": corpus BLEU, "bleu_sentences": n}, or None if stopped."""
-        if self._text is None:
-            sources, references = self.problem.dev_text()
-            if self.max_sentences > 0:
-                sources = sources[: self.max_sentences]
-                references = references[: self.max_sentences]
-            self._text = sources, references
         sources, references = self._text
         results = self.decoder.translate(
             sources, self.problem.encode_inputs, self.problem.decode, should_stop
