@@ -47,7 +47,7 @@ def test_cached_steps_give_the_logits_of_a_full_decode():
     encoder_output, bias = model.encode(inputs)
     full = model.decode(decoder_inputs, encoder_output, bias).numpy()
     encdec = model.encoder_decoder_cache(encoder_output)
-    cache = model.empty_self_cache(2, targets.shape[1])
+    cache = model.empty_self_cache(2)
     for index in range(targets.shape[1]):
         logits, cache = model.decode_step(
             decoder_inputs[:, index], index, cache, encdec, bias

@@ -98,7 +98,7 @@ class Decoder:
         encoder_output, bias = per_hypothesis(encoder_output), per_hypothesis(bias)
         encdec_cache = tf.nest.map_structure(per_hypothesis, encdec_cache)
         if hp.use_cache:
-            state = model.empty_self_cache(batch_size * beams, decode_length)
+            state = model.empty_self_cache(batch_size * beams)
 
             def step_fn(ids, index, self_cache):
                 last = tf.gather(ids, index, axis=1)  # [batch * beams]

@@ -7,8 +7,8 @@ The searches know nothing about the Transformer. They call
 where `ids` int32 [N, decode_length + 1] holds the decoder inputs: position 0 is 0 (the
 start, as in training's shift_right), position i > 0 the token chosen at step i - 1,
 zeros after `index`. `state` is a nest of tensors with leading dimension N (the
-key/value cache, or nothing for a step function that recomputes the prefix); beam
-search reorders it along with the hypotheses. N is batch (greedy) or batch * beam.
+key/value cache, growing by one position a step, or nothing for a step function that
+recomputes the prefix); beam search reorders it along with the hypotheses. N is batch (greedy) or batch * beam.
 
 Beam search follows T2T (GNMT length penalty ((5 + length) / 6) ** alpha, 2 * beam
 candidates per step so a beam never runs dry of unfinished hypotheses, stop once no
@@ -36,6 +36,16 @@ def _without_padding(scores):
     """scores [N, vocab] with the padding id made impossible: padding is not a token
     (fairseq does the same); chosen, it would read as the start symbol next step."""
     return scores + tf.one_hot(PAD_ID, tf.shape(scores)[-1], on_value=NEG_INF)
+
+
+def _invariants(loop_vars):
+    """Loop-variable shapes: fixed, except `state` (the last), whose tensors may
+    change shape from step to step (a key/value cache grows by one position)."""
+    *fixed, state = loop_vars
+    relaxed = tf.nest.map_structure(
+        lambda t: tf.TensorShape([None] * t.shape.rank), state
+    )
+    return (*[tf.convert_to_tensor(v).shape for v in fixed], relaxed)
 
 
 def _write_column(ids, column, values):
@@ -69,8 +79,9 @@ def greedy_search(step_fn, state, batch_size, decode_length, eos_id=EOS_ID):
         finished = tf.logical_or(finished, tf.equal(chosen, eos_id))
         return index + 1, ids, finished, log_probs, state
 
+    loop_vars = (tf.constant(0), ids, finished, log_probs, state)
     _, ids, _, log_probs, _ = tf.while_loop(
-        not_done, step, (tf.constant(0), ids, finished, log_probs, state)
+        not_done, step, loop_vars, shape_invariants=_invariants(loop_vars)
     )
     return ids[:, 1:], log_probs
 
@@ -177,18 +188,17 @@ def beam_search(
         )
         return index + 1, alive_ids, alive_log_probs, finished_ids, scores, flags, state
 
+    loop_vars = (
+        tf.constant(0),
+        alive_ids,
+        alive_log_probs,
+        finished_ids,
+        finished_scores,
+        finished_flags,
+        state,
+    )
     index, alive_ids, alive_log_probs, finished_ids, scores, flags, _ = tf.while_loop(
-        not_done,
-        step,
-        (
-            tf.constant(0),
-            alive_ids,
-            alive_log_probs,
-            finished_ids,
-            finished_scores,
-            finished_flags,
-            state,
-        ),
+        not_done, step, loop_vars, shape_invariants=_invariants(loop_vars)
     )
     # Finished hypotheses come first (as in T2T: an unfinished one that merely ran
     # out of decode_length never pays for its EOS, so it must not outrank them);

@@ -331,30 +331,28 @@ class DecoderLayer(_TransformerLayerBase):
         y = self.ffn(self.ffn_norm(x), training=training)
         return self._residual(x, y, training)  # [batch, tgt_len, hidden]
 
-    def empty_self_cache(self, batch_size, max_length):
-        """Self-attention keys/values of positions not decoded yet: zeros
-        {"k", "v"} [batch, heads, max_length, depth], filled one position per step."""
+    def empty_self_cache(self, batch_size):
+        """Self-attention keys/values of no position yet: {"k", "v"}
+        [batch, heads, 0, depth]; each decode_step appends one position."""
         depth = self.hidden_size // self.num_heads
-        zeros = tf.zeros([batch_size, self.num_heads, max_length, depth])
-        return {"k": zeros, "v": zeros}
+        empty = tf.zeros([batch_size, self.num_heads, 0, depth])
+        return {"k": empty, "v": empty}
 
-    def decode_step(self, x, index, self_cache, encdec_cache, self_bias, encdec_bias):
-        """`call` for the single position `index`, reusing cached keys/values.
+    def decode_step(self, x, self_cache, encdec_cache, encdec_bias):
+        """`call` for the next position only, reusing cached keys/values.
 
-        x [batch, 1, hidden]; self_cache {"k", "v"} [batch, heads, max_length, depth]
-        holds positions < index (zeros elsewhere); encdec_cache (keys, values) of the
-        encoder output; self_bias [1, 1, 1, max_length] masks positions > index.
-        Returns (output [batch, 1, hidden], self_cache with position index filled).
+        x [batch, 1, hidden]; self_cache {"k", "v"} [batch, heads, t, depth] holds the
+        t positions before this one (all of them visible: no causal mask needed);
+        encdec_cache (keys, values) of the encoder output.
+        Returns (output [batch, 1, hidden], self_cache grown to t + 1 positions).
         """
         y = self.self_attention_norm(x)
         new_k, new_v = self.self_attention.keys_values(y)  # [batch, heads, 1, depth]
-        # Position `index` is still zero in the cache: adding writes it.
-        at_index = tf.one_hot(index, tf.shape(self_cache["k"])[2])[None, None, :, None]
         self_cache = {
-            "k": self_cache["k"] + new_k * at_index,
-            "v": self_cache["v"] + new_v * at_index,
+            "k": tf.concat([self_cache["k"], new_k], axis=2),
+            "v": tf.concat([self_cache["v"], new_v], axis=2),
         }
-        y = self.self_attention.attend(y, self_cache["k"], self_cache["v"], self_bias)
+        y = self.self_attention.attend(y, self_cache["k"], self_cache["v"], 0.0)
         x += y
         y = self.encdec_attention.attend(
             self.encdec_attention_norm(x), *encdec_cache, encdec_bias
@@ -514,32 +512,25 @@ class Transformer(keras.Model):
             for layer in self.decoder_layers
         ]
 
-    def empty_self_cache(self, batch_size, max_length):
-        """Per decoder layer, zero self-attention keys/values for max_length steps."""
-        return [
-            layer.empty_self_cache(batch_size, max_length)
-            for layer in self.decoder_layers
-        ]
+    def empty_self_cache(self, batch_size):
+        """Per decoder layer, self-attention keys/values of no position yet."""
+        return [layer.empty_self_cache(batch_size) for layer in self.decoder_layers]
 
     def decode_step(self, ids, index, self_cache, encdec_cache, encoder_decoder_bias):
         """Logits for position `index` only, from cached keys/values.
 
         ids int [batch]: the decoder input at `index` (0 at index 0, then the previous
-        output); self_cache from `empty_self_cache` or the previous step; encdec_cache
-        from `encoder_decoder_cache`. Gives the logits `decode` gives at `index` (to
-        float tolerance) without recomputing positions < index.
-        Returns (float32 logits [batch, vocab], updated self_cache).
+        output); self_cache from `empty_self_cache` or the previous step (holding
+        positions 0..index-1); encdec_cache from `encoder_decoder_cache`. Gives the
+        logits `decode` gives at `index` (to float tolerance) without recomputing
+        positions < index. Returns (float32 logits [batch, vocab], self_cache grown
+        by one position).
         """
-        max_length = tf.shape(self_cache[0]["k"])[2]
         x = self.target_embedding(tf.cast(ids, tf.int32)[:, None])  # [batch, 1, hidden]
         x += get_timing_signal_1d(1, self.hidden_size, start_index=index)
-        later = tf.cast(tf.range(max_length) > index, tf.float32)  # [max_length]
-        self_bias = (later * NEG_INF)[None, None, None, :]  # [1, 1, 1, max_length]
         new_cache = []
         for layer, cache, encdec in zip(self.decoder_layers, self_cache, encdec_cache):
-            x, cache = layer.decode_step(
-                x, index, cache, encdec, self_bias, encoder_decoder_bias
-            )
+            x, cache = layer.decode_step(x, cache, encdec, encoder_decoder_bias)
             new_cache.append(cache)
         x = self.decoder_norm(x)
         logits = self.softmax(x, mode="linear")[:, 0, :]  # [batch, vocab]
