@@ -165,7 +165,7 @@ def test_bad_inputs_are_one_line_errors(numbers_run, dev_files, other_vocab_dir)
     data = f"--data_dir={numbers_run.data_dir}"
     source = f"--decode_from_file={root / 'dev.en'}"
     rows = [
-        ([run, data], ["--decode_from_file", "--decode_interactive"]),
+        ([run, data, f"--decode_to_file={root / 'no' / 'x.fr'}"], ["--decode_to_file"]),
         ([run, data, f"--decode_from_file={root / 'missing.en'}"], ["missing.en"]),
         ([run, data, source, "--decode_hparams=beam_size=0"], ["beam_size", ">= 1"]),
         ([run, data, source, "--decode_hparams=beam=4"], ["beam", "beam_size"]),
@@ -189,3 +189,22 @@ def test_bad_inputs_are_one_line_errors(numbers_run, dev_files, other_vocab_dir)
         assert len(errors) == 1, (args, result.stderr[-2000:])
         for word in words:
             assert word in errors[0], (args, errors[0])
+
+
+def test_without_a_file_the_dev_set_is_decoded_and_scored(numbers_run, tmp_path):
+    """T2T's default: no --decode_from_file decodes the problem's dev set."""
+    out = tmp_path / "dev.decoded.fr"
+    result = _finish(
+        _start(
+            "decoder",
+            f"--output_dir={numbers_run.output_dir}",
+            f"--data_dir={numbers_run.data_dir}",
+            f"--decode_to_file={out}",
+            "--decode_hparams=beam_size=2",
+        )
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    bleu_line = result.stdout.splitlines()[0]
+    assert bleu_line.startswith("BLEU = ") and float(bleu_line.split()[2]) > 50
+    assert result.stdout.splitlines()[1].startswith("chrF = ")
+    assert len(read_lines(str(out))) == 200  # the fixture's dev set

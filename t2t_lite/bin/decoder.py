@@ -8,6 +8,7 @@ from absl import flags, logging
 
 from t2t_lite.bin import common
 from t2t_lite.data import text_io
+from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding
 from t2t_lite.errors import UserError
@@ -28,9 +29,17 @@ flags.DEFINE_string(
     "",
     "e.g. 'beam_size=4,alpha=0.6,batch_size=32,return_beams=false,extra_length=50'.",
 )
-flags.DEFINE_string("decode_from_file", "", "Translate this file, one sentence a line.")
 flags.DEFINE_string(
-    "decode_to_file", "", "Write translations here (default: standard output)."
+    "decode_from_file",
+    "",
+    "Translate this file, one sentence a line. Default (and no --decode_interactive): "
+    "the problem's dev set, scored with BLEU.",
+)
+flags.DEFINE_string(
+    "decode_to_file",
+    "",
+    "Write translations here (default: standard output; for the dev set: "
+    "RUN/decode.dev.txt).",
 )
 flags.DEFINE_boolean(
     "decode_interactive", False, "Read sentences from stdin, print each translation."
@@ -57,13 +66,11 @@ def _encoder(problem, where):
     return encode
 
 
-def _decode_file(decoder, problem, hp):
-    path = FLAGS.decode_from_file
-    lines = list(text_io.read_lines(path))  # (number, text); one-line errors
-    start = time.perf_counter()
-    encode = _encoder(problem, path)
+def _translate(decoder, problem, hp, lines, where):
+    """(number, text) lines → output lines, logging progress on long inputs."""
+    encode = _encoder(problem, where)
     sources = [encode(item) if item[1] else [1] for item in lines]
-    last_report = [start]
+    last_report = [time.perf_counter()]
 
     def progress(done, total):  # a line every ~30 s on long files
         now = time.perf_counter()
@@ -72,34 +79,59 @@ def _decode_file(decoder, problem, hp):
             logging.info("decoded %d of %d lines", done, total)
 
     results = decoder.decode_ids(sources, progress=progress)
-    outputs = [
-        _format([(problem.decode(h.ids), h.score) for h in hyps], hp)
-        for hyps in results
-    ]
-    seconds = time.perf_counter() - start
-    text = "".join(f"{line}\n" for line in outputs)
-    if FLAGS.decode_to_file:
-        try:
-            write_atomically(FLAGS.decode_to_file, text)
-        except OSError as e:
-            raise UserError(
-                f"--decode_to_file '{FLAGS.decode_to_file}': {e.strerror}."
-            ) from None
-    else:
-        sys.stdout.write(text)
     if decoder.truncated:
         logging.warning(
             "%d input lines were longer than %d tokens and were truncated.",
             decoder.truncated,
             decoder.max_input_length,
         )
-    rate = len(lines) / seconds if seconds else 0.0
-    where = f" → {FLAGS.decode_to_file}" if FLAGS.decode_to_file else ""
+    return [
+        _format([(problem.decode(h.ids), h.score) for h in hyps], hp)
+        for hyps in results
+    ]
+
+
+def _write(outputs, path):
+    """To `path` (atomically), or to standard output when path is empty."""
+    text = "".join(f"{line}\n" for line in outputs)
+    if not path:
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomically(path, text)
+    except OSError as e:
+        raise UserError(f"--decode_to_file '{path}': {e.strerror}.") from None
+
+
+def _report(count, seconds, hp, where):
+    rate = count / seconds if seconds else 0.0
     print(
-        f"t2t-decoder: {len(lines)} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
-        f"beam {hp.beam_size}){where}",
+        f"t2t-decoder: {count} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
+        f"beam {hp.beam_size}){f' → {where}' if where else ''}",
         file=sys.stderr,
     )
+
+
+def _decode_file(decoder, problem, hp):
+    lines = list(text_io.read_lines(FLAGS.decode_from_file))  # one-line errors
+    start = time.perf_counter()
+    outputs = _translate(decoder, problem, hp, lines, FLAGS.decode_from_file)
+    _write(outputs, FLAGS.decode_to_file)
+    _report(len(lines), time.perf_counter() - start, hp, FLAGS.decode_to_file)
+
+
+def _decode_dev(decoder, problem, hp, run_dir):
+    """T2T's default: decode the problem's dev set and score it with BLEU."""
+    sources, references = problem.dev_text()
+    start = time.perf_counter()
+    outputs = _translate(decoder, problem, hp, list(enumerate(sources, 1)), "dev")
+    path = FLAGS.decode_to_file or os.path.join(run_dir, "decode.dev.txt")
+    _write(outputs, path)
+    _report(len(outputs), time.perf_counter() - start, hp, path)
+    best = [line.split("\t")[0] for line in outputs]
+    scores = corpus_scores(best, references)
+    print(f"BLEU = {scores.bleu:.2f}  (signature {scores.bleu_signature})")
+    print(f"chrF = {scores.chrf:.2f}  (signature {scores.chrf_signature})")
 
 
 def _decode_interactive(decoder, problem, hp):
@@ -131,8 +163,6 @@ def _decode_interactive(decoder, problem, hp):
 
 def main(argv):
     del argv
-    if not FLAGS.decode_from_file and not FLAGS.decode_interactive:
-        raise UserError("give --decode_from_file=FILE or --decode_interactive.")
     if FLAGS.decode_interactive and (FLAGS.decode_from_file or FLAGS.decode_to_file):
         raise UserError(
             "--decode_interactive reads stdin and prints to stdout; drop "
@@ -155,8 +185,10 @@ def main(argv):
     decoder = Decoder(model, dhp, max_input_length=hp.max_length or hp.batch_size)
     if FLAGS.decode_from_file:
         _decode_file(decoder, problem, dhp)
-    else:
+    elif FLAGS.decode_interactive:
         _decode_interactive(decoder, problem, dhp)
+    else:
+        _decode_dev(decoder, problem, dhp, os.path.dirname(path))
     return 0
 
 
