@@ -151,9 +151,16 @@ def restore_model(model, checkpoint_path, run_dir):
                 path,
                 _first_line(e),
             )
-        except (tf.errors.OpError, ValueError, AssertionError) as e:
+        except AssertionError:  # weights of this model missing from the checkpoint
             raise UserError(
-                f"cannot load checkpoint {path} into this model: {_first_line(e)}"
+                f"cannot load checkpoint {path} into this model: it lacks some of the "
+                "model's weights (another model's checkpoint, or one written by "
+                "t2t_lite before every layer was saved under model/: resuming it once "
+                "with t2t-trainer writes a complete one)."
+            ) from None
+        except (tf.errors.OpError, ValueError) as e:
+            raise UserError(
+                f"cannot load checkpoint {path} into this model: {_first_line(e)[:300]}"
             ) from None
     raise UserError(f"no readable checkpoint in '{run_dir}' (tried {len(candidates)}).")
 
