@@ -7,7 +7,6 @@ habit), they must agree with the run: a model rebuilt with other hparams would n
 match its checkpoint, or worse, would load and translate with the wrong settings.
 """
 
-import glob
 import json
 import os
 import re
@@ -19,15 +18,12 @@ from t2t_lite import registry
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_checks import validate
-from t2t_lite.training.run_dir import HPARAMS_FILE, RUN_FILE
-
-# Errors of a checkpoint file that is damaged (truncated, bad CRC, missing shard).
-_DAMAGE_ERRORS = (
-    tf.errors.DataLossError,
-    tf.errors.NotFoundError,
-    tf.errors.OutOfRangeError,
-    IndexError,
+from t2t_lite.training.checkpoints import (
+    DAMAGE_ERRORS,
+    checkpoints_on_disk,
+    first_line,
 )
+from t2t_lite.training.run_dir import HPARAMS_FILE, RUN_FILE
 
 
 def _read_json(path, what):
@@ -107,25 +103,15 @@ def run_identity(run_dir, problem, model):
     return names["problem"], names["model"], stored.get("vocab_fingerprint")
 
 
-def checkpoint_candidates(run_dir):
-    """Checkpoint prefixes found on disk, newest first."""
-
-    def step(prefix):
-        match = re.search(r"-(\d+)$", prefix)
-        return int(match.group(1)) if match else -1
-
-    pattern = os.path.join(glob.escape(run_dir), "*.index")
-    prefixes = [p[: -len(".index")] for p in glob.glob(pattern)]
-    return sorted(prefixes, key=step, reverse=True)
-
-
 def restore_model(model, checkpoint_path, run_dir):
     """Restores the model's weights only (not the optimizer); returns the path.
 
     checkpoint_path: a prefix such as RUN/model-2000, or "" for the newest readable
     checkpoint in run_dir (a damaged newest one is skipped with a warning)."""
     candidates = (
-        [checkpoint_path] if checkpoint_path else checkpoint_candidates(run_dir)
+        [checkpoint_path]
+        if checkpoint_path
+        else [p for _, p in reversed(checkpoints_on_disk(run_dir))]
     )
     if not candidates:
         raise UserError(
@@ -141,15 +127,15 @@ def restore_model(model, checkpoint_path, run_dir):
         try:
             checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
             return path
-        except _DAMAGE_ERRORS as e:
+        except DAMAGE_ERRORS as e:
             if checkpoint_path:
                 raise UserError(
-                    f"checkpoint {path} is damaged: {_first_line(e)}"
+                    f"checkpoint {path} is damaged: {first_line(e)}"
                 ) from None
             logging.warning(
                 "Checkpoint %s is damaged (%s); trying the previous one.",
                 path,
-                _first_line(e),
+                first_line(e),
             )
         except AssertionError:  # weights of this model missing from the checkpoint
             raise UserError(
@@ -160,14 +146,9 @@ def restore_model(model, checkpoint_path, run_dir):
             ) from None
         except (tf.errors.OpError, ValueError) as e:
             raise UserError(
-                f"cannot load checkpoint {path} into this model: {_first_line(e)[:300]}"
+                f"cannot load checkpoint {path} into this model: {first_line(e)[:300]}"
             ) from None
     raise UserError(f"no readable checkpoint in '{run_dir}' (tried {len(candidates)}).")
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_for_decoding(

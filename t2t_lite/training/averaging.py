@@ -23,30 +23,11 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
+from t2t_lite.training.checkpoints import checkpoints_on_disk, first_line
 from t2t_lite.training.run_dir import HPARAMS_FILE, RUN_FILE, write_atomically
 
 _STATE_FILE = "checkpoint"
-_INDEX = re.compile(r"^model-(\d+)\.index$")
 _BUNDLE_FILE = re.compile(r"^model-\d+\.(index|data-\d+-of-\d+)$")
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-def find_checkpoints(model_dir):
-    """[(step, prefix)] of every model-N checkpoint on disk, oldest first.
-
-    Found by their index files, not through the `checkpoint` state file, which may be
-    damaged or list fewer than exist.
-    """
-    found = []
-    for path in glob.glob(os.path.join(glob.escape(model_dir), "model-*.index")):
-        match = _INDEX.match(os.path.basename(path))
-        if match:
-            found.append((int(match.group(1)), path[: -len(".index")]))
-    return sorted(found)
 
 
 def check_output_dir(model_dir, output_dir, overwrite=False):
@@ -60,7 +41,7 @@ def check_output_dir(model_dir, output_dir, overwrite=False):
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UserError(f"--output_dir '{output_dir}' is a file, not a directory.")
     if os.path.isdir(output_dir) and not overwrite:
-        holds = find_checkpoints(output_dir) or os.path.exists(
+        holds = checkpoints_on_disk(output_dir) or os.path.exists(
             os.path.join(output_dir, _STATE_FILE)
         )
         if holds:
@@ -74,7 +55,7 @@ def _reader(prefix):
     try:
         return tf.train.load_checkpoint(prefix)
     except (tf.errors.OpError, ValueError) as e:
-        raise UserError(f"cannot read checkpoint {prefix}: {_first_line(e)}") from None
+        raise UserError(f"cannot read checkpoint {prefix}: {first_line(e)}") from None
 
 
 def _signature(reader):
@@ -115,7 +96,7 @@ def _check_compatible(newest, newest_signature, other, other_signature):
 
 def _read_error(what, prefix, error):
     return UserError(
-        f"cannot read {what} from checkpoint {prefix}: {_first_line(error)}"
+        f"cannot read {what} from checkpoint {prefix}: {first_line(error)}"
     )
 
 
@@ -218,7 +199,7 @@ def newest_checkpoints(model_dir, num_last):
         raise UserError(f"--n must be >= 1, got {num_last}.")
     if not os.path.isdir(model_dir):
         raise UserError(f"--model_dir '{model_dir}' is not a directory.")
-    found = find_checkpoints(model_dir)
+    found = checkpoints_on_disk(model_dir)
     if not found:
         raise UserError(f"--model_dir '{model_dir}' holds no model-N.index checkpoint.")
     if len(found) < num_last:
@@ -254,7 +235,7 @@ def write_average(checkpoints, model_dir, output_dir, overwrite=False):
         _install(os.path.join(tmp_dir, name), output_dir, model_dir, name)
     except (OSError, tf.errors.OpError) as e:
         raise UserError(
-            f"cannot write the average to --output_dir '{output_dir}': {_first_line(e)}"
+            f"cannot write the average to --output_dir '{output_dir}': {first_line(e)}"
         ) from None
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)

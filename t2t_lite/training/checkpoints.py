@@ -22,13 +22,14 @@ from t2t_lite.errors import UserError
 # one. Anything else (permission denied, an unavailable file system, a checkpoint of
 # another model) is reported instead: falling back would silently roll the run back
 # and later overwrite the newer, good checkpoint.
-_DAMAGE_ERRORS = (
+DAMAGE_ERRORS = (
     tf.errors.DataLossError,  # CRC mismatch, corrupt index
     tf.errors.NotFoundError,  # a missing shard
     tf.errors.OutOfRangeError,
     IndexError,  # "Read less bytes than requested" from a truncated data file
 )
 _STATE_FILE = "checkpoint"
+_INDEX = re.compile(r"^model-(\d+)\.index$")
 
 
 def _step_number(prefix):
@@ -36,9 +37,24 @@ def _step_number(prefix):
     return int(match.group(1)) if match else -1
 
 
-def _first_line(error):
+def first_line(error):
+    """The first line of an error's message: what a one-line UserError quotes."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def checkpoints_on_disk(directory):
+    """[(step, prefix)] of every model-N checkpoint in `directory`, oldest first.
+
+    Found by their index files, not through the `checkpoint` state file, which may be
+    damaged or list fewer than exist.
+    """
+    found = []
+    for path in glob.glob(os.path.join(glob.escape(directory), "model-*.index")):
+        match = _INDEX.match(os.path.basename(path))
+        if match:
+            found.append((int(match.group(1)), path[: -len(".index")]))
+    return sorted(found)
 
 
 class CheckpointKeeper:
@@ -83,7 +99,7 @@ class CheckpointKeeper:
             logging.warning(
                 "Checkpoint state file %s is damaged (%s); moved it to %s.damaged.",
                 state,
-                _first_line(e),
+                first_line(e),
                 state,
             )
             return make()
@@ -97,8 +113,7 @@ class CheckpointKeeper:
         """Checkpoint prefixes on disk, newest first: those the state file lists
         and any model-N whose index file exists (the state file may be damaged)."""
         prefixes = set(self.manager.checkpoints)
-        for index in glob.glob(os.path.join(self.directory, "model-*.index")):
-            prefixes.add(index[: -len(".index")])
+        prefixes.update(prefix for _, prefix in checkpoints_on_disk(self.directory))
         return sorted(prefixes, key=_step_number, reverse=True)
 
     def restore_newest_readable(self):
@@ -113,15 +128,15 @@ class CheckpointKeeper:
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
                 return path
-            except _DAMAGE_ERRORS as e:
+            except DAMAGE_ERRORS as e:
                 logging.warning(
                     "Checkpoint %s is damaged (%s); trying the previous one.",
                     path,
-                    _first_line(e),
+                    first_line(e),
                 )
             except (tf.errors.OpError, ValueError, AssertionError, OSError) as e:
                 raise UserError(
-                    f"cannot restore checkpoint {path}: {_first_line(e)} (is it from "
+                    f"cannot restore checkpoint {path}: {first_line(e)} (is it from "
                     "another model or t2t_lite version?); use a new --output_dir."
                 ) from None
         if candidates:
@@ -151,6 +166,6 @@ class CheckpointKeeper:
         except (OSError, tf.errors.OpError) as e:
             raise UserError(
                 f"cannot write checkpoint {number} to --output_dir "
-                f"'{self.directory}': {_first_line(e)}; the checkpoints already "
+                f"'{self.directory}': {first_line(e)}; the checkpoints already "
                 "there are intact."
             ) from None
