@@ -4,8 +4,10 @@ Importing the package imports every module that registers something, so every
 registered name exists as soon as `import t2t_lite` returns.
 """
 
-from t2t_lite import hparams_sets  # noqa: F401  (registers hparams sets)
-from t2t_lite import registrations  # noqa: F401  (registers models and problems)
+from t2t_lite import (
+    hparams_sets,  # noqa: F401  (registers hparams sets)
+    registrations,  # noqa: F401  (registers models and problems)
+)
 from t2t_lite.optim import optimizers  # noqa: F401  (registers optimizers)
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """HParams: a locked set of declared, typed hyperparameters.
 
 Every key is declared once (with its type fixed by its default value) in the base
-hparams set; derived sets and `--hparams` overrides can only change values, never add
+hparams set; derived sets and overrides ("a=1,b=2") can only change values, never add
 keys. This is ml_collections' locked ConfigDict idea, and the cure for T2T's
 `add_hparam` sprawl where a typo silently created a new, unused hyperparameter.
 """
@@ -116,10 +116,16 @@ class HParams:
             self.set(key, value)
         return self
 
-    def parse(self, text):
-        """Applies overrides written as "a=1,b=0.5,c=true,d=name" and returns self."""
-        for key, value in parse_overrides(text).items():
-            self.set(key, value)
+    def parse(self, text, name="hparams"):
+        """Applies overrides written as "a=1,b=0.5,c=true,d=name" and returns self.
+
+        `name` is what the caller calls `text` (the argument it came from); every
+        error starts with it: "hparams: Unknown hparam 'x'."."""
+        try:
+            for key, value in parse_overrides(text).items():
+                self.set(key, value)
+        except HParamsError as e:
+            raise HParamsError(f"{name}: {e}") from None
         return self
 
     def copy(self):
@@ -175,9 +181,9 @@ def parse_overrides(text):
         key = key.strip()
         if not sep or not key:
             raise HParamsError(
-                f"--hparams: expected 'name=value', got '{piece.strip()}' in '{text}'."
+                f"expected 'name=value', got '{piece.strip()}' in '{text}'."
             )
         if key in result:
-            raise HParamsError(f"--hparams: '{key}' is given twice in '{text}'.")
+            raise HParamsError(f"'{key}' is given twice in '{text}'.")
         result[key] = value
     return result

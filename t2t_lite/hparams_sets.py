@@ -44,7 +44,7 @@ def transformer_base():
     d("optimizer_adafactor_clipping_threshold", 1.0)  # Adafactor update clipping
     d("optimizer_multistep_accumulate_steps", 1)  # micro-batches per update; 0/1: none
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
-    d("weight_decay", 0.0)  # L2 on weight matrices per update; 0: off
+    d("weight_decay", 0.0)  # L2 per update on all but biases (T2T's rule); 0: off
     d("max_consecutive_bad_updates", 10)  # NaN/Inf updates in a row that stop a run
     # --- Learning-rate schedule (evaluated in updates, not micro-steps) ---
     d("learning_rate_schedule", "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size")

@@ -5,10 +5,7 @@ import tensorflow as tf
 
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.models.transformer import Transformer
-from t2t_lite.optim.optimizers import optimizer_from_hparams
-from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
-from t2t_lite.training.train_step import TrainStep
+from t2t_lite.training.build import build_run
 
 VOCAB = 12
 
@@ -59,22 +56,17 @@ def concatenate(batches):
     return out
 
 
-def build(hp, train_steps, initial_weights=None):
-    """(model, TrainStep) for hp; weights copied from initial_weights if given."""
-    model = Transformer.from_hparams(hp, VOCAB)
-    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
-    if initial_weights is not None:
-        model.set_weights(initial_weights)
-    optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, train_steps))
-    step = TrainStep(
-        model,
-        optimizer,
-        accumulate_steps=accumulate_steps(hp),
-        label_smoothing=hp.label_smoothing,
-        clip_grad_norm=hp.clip_grad_norm,
-        weight_decay=hp.weight_decay,
+def build(hp, train_steps, initial_weights=None, strategy=None):
+    """(model, TrainStep) for hp, through the trainer's own `build_run`; weights
+    copied from initial_weights if given."""
+    run = build_run(
+        hp,
+        vocab_size=VOCAB,
+        train_steps=train_steps,
+        initial_weights=initial_weights,
+        strategy=strategy,
     )
-    return model, step
+    return run.model, run.step
 
 
 def run(step, batches, start=0):

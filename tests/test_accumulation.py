@@ -9,7 +9,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from accumulation_helpers import (
     build,
     concatenate,
@@ -18,7 +17,8 @@ from accumulation_helpers import (
     tolerance_ratio,
     uneven_micro_batches,
 )
-from t2t_lite.models.transformer import token_loss
+
+from t2t_lite.models.losses import token_loss
 
 UPDATES = 3
 
@@ -76,6 +76,7 @@ def _as_model(weights):
 
 @pytest.mark.parametrize("optimizer", ["adam", "momentum"])
 @pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.slow
 def test_accumulation_equals_big_batch(n, optimizer):
     start = _start_weights()
     accumulated = _train_accumulated(n, start, optimizer=optimizer)
@@ -85,6 +86,7 @@ def test_accumulation_equals_big_batch(n, optimizer):
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "multistep_adam", "adafactor"])
+@pytest.mark.slow
 def test_every_registered_optimizer_accumulates_exactly(optimizer):
     start = _start_weights()
     accumulated = _train_accumulated(2, start, optimizer=optimizer)
@@ -96,6 +98,7 @@ def test_every_registered_optimizer_accumulates_exactly(optimizer):
 @pytest.mark.parametrize(
     "knob", [{"clip_grad_norm": 0.05}, {"weight_decay": 0.5}], ids=["clip", "decay"]
 )
+@pytest.mark.slow
 def test_clipping_and_weight_decay_act_once_per_update(knob):
     """Momentum SGD (unlike Adam) feels the gradient's scale, so each knob shows."""
     start = _start_weights()
@@ -106,6 +109,7 @@ def test_clipping_and_weight_decay_act_once_per_update(knob):
     assert tolerance_ratio(without, big) > 10  # the knob really changed the update
 
 
+@pytest.mark.slow
 def test_clipping_and_weight_decay_together_with_adam():
     start = _start_weights()
     overrides = dict(optimizer="multistep_adam", clip_grad_norm=0.05, weight_decay=0.1)
@@ -139,6 +143,7 @@ def test_clipping_threshold_is_below_the_gradient_norm():
     assert float(tf.linalg.global_norm(grads)) > 0.05
 
 
+@pytest.mark.slow
 def test_mean_of_micro_batch_means_misses_the_tolerance():
     """The equivalence check can catch the normalization bug peers have."""
     n = 4
@@ -151,3 +156,17 @@ def test_mean_of_micro_batch_means_misses_the_tolerance():
 def test_micro_batches_really_hold_different_token_counts():
     counts = {int(np.count_nonzero(b["targets"])) for b in uneven_micro_batches(4)}
     assert len(counts) == 4
+
+
+def test_weight_decay_skips_only_biases_as_t2t_does():
+    """T2T decays every variable but rank-1 ones named like a bias: layer-norm
+    scales are decayed, Dense biases and layer-norm offsets are not."""
+    from t2t_lite.training.train_step import is_bias
+
+    model, _ = build(tiny_hparams(), UPDATES)
+    decayed = {
+        v.path.split("/")[-1] for v in model.trainable_variables if not is_bias(v)
+    }
+    skipped = {v.path.split("/")[-1] for v in model.trainable_variables if is_bias(v)}
+    assert decayed == {"kernel", "weights", "gamma"}
+    assert skipped == {"bias", "beta"}

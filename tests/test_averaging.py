@@ -3,33 +3,34 @@ differing ones, restorable into the model alone and into the full training check
 and t2t-avg-all's one-line errors."""
 
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.errors import UserError
-from t2t_lite.models.transformer import Transformer
-from t2t_lite.training import averaging
+from t2t_lite.models.transformer import Transformer, TransformerConfig
+from t2t_lite.runs import averaging
 
 _FEATURES = {"inputs": tf.ones([1, 3], tf.int32), "targets": tf.ones([1, 3], tf.int32)}
 
 
 def _model():
     model = Transformer(
-        vocab_size=20,
-        hidden_size=16,
-        filter_size=32,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-        shared_embedding_and_softmax_weights=True,
+        TransformerConfig(
+            vocab_size=20,
+            hidden_size=16,
+            filter_size=32,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            num_heads=2,
+            layer_prepostprocess_dropout=0.0,
+            attention_dropout=0.0,
+            relu_dropout=0.0,
+            shared_embedding_and_softmax_weights=True,
+        )
     )
     model(_FEATURES)  # build
     return model
@@ -162,12 +163,12 @@ def test_refusals_are_user_errors(tmp_path, reference):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no model-N.index"):
         averaging.average_checkpoints(tmp_path / "empty", tmp_path / "avg", 1)
-    with pytest.raises(UserError, match="is --model_dir"):
+    with pytest.raises(UserError, match="is model_dir"):
         averaging.average_checkpoints(tmp_path / "run", tmp_path / "run", 1)
-    with pytest.raises(UserError, match="--n must be >= 1"):
+    with pytest.raises(UserError, match="n must be >= 1"):
         averaging.average_checkpoints(tmp_path / "run", tmp_path / "avg", 0)
     averaging.average_checkpoints(tmp_path / "run", tmp_path / "avg", 1)
-    with pytest.raises(UserError, match="--overwrite"):
+    with pytest.raises(UserError, match="overwrite"):
         averaging.average_checkpoints(tmp_path / "run", tmp_path / "avg", 1)
     averaging.average_checkpoints(tmp_path / "run", tmp_path / "avg", 1, overwrite=True)
     assert sorted(os.listdir(tmp_path / "avg")) == [
@@ -194,48 +195,22 @@ def test_checkpoints_of_different_models_are_refused(tmp_path, reference):
 # --- t2t-avg-all as a user runs it ----------------------------------------------------
 
 
-def _start(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "t2t_lite.bin.avg_checkpoints", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finish(process):
-    stdout, stderr = process.communicate(timeout=120)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def _error_lines(result):
-    """Like tests/test_bad_input.py: the lines of ours among TensorFlow's log lines."""
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    return [
-        line
-        for line in result.stderr.splitlines()
-        if line.startswith("t2t-avg-all: error:")
-    ]
-
-
 def test_cli(tmp_path, reference):
     run, avg = tmp_path / "run", tmp_path / "avg"
     _write_run(run, {5: _weights(9, reference), 9: _weights(10, reference)})
     (tmp_path / "empty").mkdir()
-    bad = [
-        ([f"--model_dir={tmp_path / 'empty'}", f"--output_dir={avg}2"], "no model-N"),
-        ([f"--model_dir={run}", f"--output_dir={run}"], "is --model_dir"),
-        ([f"--model_dir={run}", f"--output_dir={avg}", "--n=0"], "--n must be >= 1"),
-    ]
-    # None needs another's output: run them at once (each is mostly TF start-up).
-    success = _start(f"--model_dir={run}", f"--output_dir={avg}", "--n=2")
-    processes = [_start(*args) for args, _ in bad]
-    ok = _finish(success)
+    ok = run_cli(
+        "avg_checkpoints", f"--model_dir={run}", f"--output_dir={avg}", "--n=2"
+    )
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert f"steps 5, 9) into {avg / 'model-9'}" in ok.stdout
-    for process, (_, words) in zip(processes, bad):
-        result = _finish(process)
-        assert result.returncode != 0
-        lines = _error_lines(result)
-        assert len(lines) == 1, result.stderr[-2000:]
-        assert words in lines[0], lines[0]
+    bad = [
+        ([f"--model_dir={tmp_path / 'empty'}", f"--output_dir={avg}2"], "no model-N"),
+        ([f"--model_dir={run}", f"--output_dir={run}"], "model_dir"),
+        ([f"--model_dir={run}", f"--output_dir={avg}3", "--n=0"], "n must be >= 1"),
+        ([f"--model_dir={run}", f"--output_dir={avg}"], "overwrite"),
+        ([f"--output_dir={avg}"], "--model_dir is required"),
+    ]
+    for args, words in bad:
+        result = run_cli("avg_checkpoints", *args)
+        assert_user_error(result, "t2t-avg-all", words)

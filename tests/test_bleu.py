@@ -1,11 +1,9 @@
 """Corpus BLEU/chrF: sacrebleu's numbers and signatures, one-line errors for bad
 files, and t2t-bleu as a user runs it."""
 
-import subprocess
-import sys
-
 import pytest
 import sacrebleu
+from cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.decoding import bleu
 from t2t_lite.errors import UserError
@@ -75,37 +73,21 @@ def test_read_lines_errors_name_file_and_line(tmp_path):
 # --- t2t-bleu as a user runs it --------------------------------------------------------
 
 
-def _start(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "t2t_lite.bin.bleu", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def test_cli(tmp_path):
     hyp, ref = _write(tmp_path / "hyp", PARTIAL), _write(tmp_path / "ref", REFERENCE)
     short = _write(tmp_path / "short", PARTIAL[:2])
-    runs = {  # at once: each is mostly interpreter and TensorFlow start-up
-        "ok": _start(f"--translation={hyp}", f"--reference={ref}"),
-        "has 2 lines but": _start(f"--translation={short}", f"--reference={ref}"),
-        "no such file": _start(f"--translation={hyp}", f"--reference={tmp_path}/no"),
-    }
-    results = {k: (p, *p.communicate(timeout=120)) for k, p in runs.items()}
 
-    process, stdout, stderr = results.pop("ok")
-    assert process.returncode == 0, stderr[-2000:]
+    result = run_cli("bleu", f"--translation={hyp}", f"--reference={ref}")
+    assert result.returncode == 0, result.stderr[-2000:]
     expected = bleu.corpus_scores(PARTIAL, REFERENCE)
-    assert stdout.splitlines() == [
+    assert result.stdout.splitlines() == [
         f"BLEU = {expected.bleu:.2f}  (signature {expected.bleu_signature})",
         f"chrF = {expected.chrf:.2f}  (signature {expected.chrf_signature})",
     ]
-    for words, (process, _, stderr) in results.items():
-        assert process.returncode != 0, words
-        assert "Traceback" not in stderr, stderr[-2000:]
-        errors = [
-            line for line in stderr.splitlines() if line.startswith("t2t-bleu: error:")
-        ]
-        assert len(errors) == 1, stderr[-2000:]
-        assert words in errors[0], errors[0]
+    bad = {
+        "has 2 lines but": [f"--translation={short}", f"--reference={ref}"],
+        "no such file": [f"--translation={hyp}", f"--reference={tmp_path}/no"],
+        "--reference is required": [f"--translation={hyp}"],
+    }
+    for words, args in bad.items():
+        assert_user_error(run_cli("bleu", *args), "t2t-bleu", words)

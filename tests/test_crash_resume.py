@@ -2,6 +2,9 @@
 
 With --deterministic and dropout on, the resumed run's final checkpoint is bitwise
 equal to an uninterrupted run's: model, optimizer slots, counters, accumulators.
+
+The SIGKILL step is drawn at random from a printed seed; to replay a failure, set
+CRASH_RESUME_SEED to the seed in its captured output.
 """
 
 import os
@@ -14,6 +17,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_helpers import run_cli_subprocess
+
+pytestmark = pytest.mark.slow  # trains in subprocesses, several times
 
 TRAIN_STEPS = 24
 FLAGS = [
@@ -31,12 +37,7 @@ COMMAND = [sys.executable, "-m", "t2t_lite.bin.trainer", *FLAGS]
 
 
 def _run(output_dir):
-    result = subprocess.run(
-        [*COMMAND, f"--output_dir={output_dir}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_cli_subprocess("trainer", *FLAGS, f"--output_dir={output_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -91,7 +92,9 @@ def test_sigkill_inside_a_window_then_rerun_gives_identical_weights(
     tmp_path, uninterrupted
 ):
     # After the first checkpoint (step 4), at a micro-step that is not an update.
-    at_step = random.Random().choice([s for s in range(5, 20) if s % 4])
+    seed = int(os.environ.get("CRASH_RESUME_SEED") or random.randrange(2**32))
+    at_step = random.Random(seed).choice([s for s in range(5, 20) if s % 4])
+    print(f"SIGKILL at step {at_step}: CRASH_RESUME_SEED={seed} replays it")
     code, log = _start_and_signal(tmp_path, at_step, signal.SIGKILL)
     assert code == -signal.SIGKILL, log[-2000:]
     assert not os.path.exists(os.path.join(tmp_path, f"model-{TRAIN_STEPS}.index"))

@@ -267,7 +267,7 @@ def test_max_length_and_max_examples(files, tmp_path):
 
 def test_load_errors_name_the_data_dir_and_the_fix(files, generated, tmp_path):
     problem = TranslateParallelText()
-    with pytest.raises(UserError, match="reads its data from --data_dir"):
+    with pytest.raises(UserError, match="reads its data from data_dir"):
         problem.load(None)
     with pytest.raises(UserError, match="does not exist; run t2t-datagen"):
         problem.load(str(tmp_path / "nowhere"))

@@ -1,52 +1,29 @@
-"""End to end as a user runs it: t2t-datagen on the built-in text problem, then
-t2t-trainer for a few steps, a resume, and the refusals (other vocabulary, no data)."""
+"""As a user runs it: t2t-datagen on the built-in text problem (a subprocess, end to
+end), then t2t-trainer for a few steps, a resume, and the refusals (other vocabulary,
+no data), in-process."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import (
+    assert_user_error,
+    run_cli,
+    run_cli_subprocess,
+    tiny_trainer_flags,
+)
 
 from t2t_lite.data import datagen
 from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 
 PROBLEM = "translate_numbers_en_fr"
-TRAIN = [
-    f"--problem={PROBLEM}",
-    "--model=transformer",
-    "--hparams_set=transformer_test",
-    "--save_checkpoints_steps=4",
-    "--local_eval_frequency=4",
-    "--eval_steps=2",
-    "--log_steps=2",
-]
-
-
-def _run(module, *args):
-    return subprocess.run(
-        [sys.executable, "-m", f"t2t_lite.bin.{module}", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _one_error_line(result, program):
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    lines = [
-        l for l in result.stderr.splitlines() if l.startswith(f"{program}: error:")
-    ]
-    assert len(lines) == 1, result.stderr[-2000:]
-    return lines[0]
+TRAIN = tiny_trainer_flags(PROBLEM)
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("numbers"))
-    result = _run(
+    result = run_cli_subprocess(
         "datagen", f"--problem={PROBLEM}", f"--data_dir={path}", "--num_shards=2"
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -58,7 +35,7 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run_dir(data_dir, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("run"))
-    first = _run(
+    first = run_cli(
         "trainer",
         *TRAIN,
         f"--data_dir={data_dir}",
@@ -66,7 +43,7 @@ def run_dir(data_dir, tmp_path_factory):
         "--train_steps=8",
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    second = _run(
+    second = run_cli(
         "trainer",
         *TRAIN,
         f"--data_dir={data_dir}",
@@ -78,6 +55,7 @@ def run_dir(data_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_trains_on_text_and_reports_loss_and_accuracy(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
@@ -91,6 +69,7 @@ def test_trains_on_text_and_reports_loss_and_accuracy(run_dir):
         )
 
 
+@pytest.mark.slow
 def test_restart_with_another_vocabulary_is_refused(run_dir, tmp_path):
     other = str(tmp_path / "other")
     problem = TranslateNumbersEnFr(train_size=3000, dev_size=100)
@@ -98,26 +77,28 @@ def test_restart_with_another_vocabulary_is_refused(run_dir, tmp_path):
         problem, other, config=datagen.DatagenConfig(vocab_size=100), log=lambda _: 0
     )
     before = sorted(os.listdir(run_dir))
-    result = _run(
+    result = run_cli(
         "trainer",
         *TRAIN,
         f"--data_dir={other}",
         f"--output_dir={run_dir}",
         "--train_steps=16",
     )
-    line = _one_error_line(result, "t2t-trainer")
-    assert "vocab_fingerprint" in line and run_dir in line
+    assert_user_error(result, "t2t-trainer", "vocab_fingerprint", run_dir)
     assert sorted(os.listdir(run_dir)) == before
 
 
 def test_trainer_without_generated_data_says_what_to_run(tmp_path):
-    result = _run(
+    result = run_cli(
         "trainer",
         *TRAIN,
         f"--data_dir={tmp_path}",
         f"--output_dir={tmp_path / 'run'}",
         "--train_steps=2",
     )
-    line = _one_error_line(result, "t2t-trainer")
-    assert f"run t2t-datagen --problem={PROBLEM} --data_dir={tmp_path}" in line
+    assert_user_error(
+        result,
+        "t2t-trainer",
+        f"run t2t-datagen with problem={PROBLEM}, data_dir={tmp_path}",
+    )
     assert not os.path.exists(tmp_path / "run")

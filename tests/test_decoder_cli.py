@@ -1,42 +1,24 @@
 """The train → average → decode → BLEU path through the CLIs, and t2t-decoder's
 bad-input table (one line "t2t-decoder: error: ...", no traceback).
 
-Each CLI start imports TensorFlow (~3 s), so independent runs start in parallel."""
+One decoder run is a subprocess (end to end, in parallel with the in-process
+averaging); the others run in-process."""
 
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import (
+    assert_user_error,
+    finish_cli,
+    run_cli,
+    start_cli,
+)
 
 from t2t_lite.data import datagen
 from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 from t2t_lite.decoding.bleu import corpus_scores, read_lines
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding
-
-
-def _start(module, *args, stdin_text=None):
-    process = subprocess.Popen(
-        [sys.executable, "-m", f"t2t_lite.bin.{module}", *args],
-        stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    return process, stdin_text
-
-
-def _finish(started):
-    process, stdin_text = started
-    stdout, stderr = process.communicate(stdin_text, timeout=300)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def _errors(result, program="t2t-decoder"):
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    prefix = f"{program}: error:"
-    return [line for line in result.stderr.splitlines() if line.startswith(prefix)]
 
 
 @pytest.fixture(scope="module")
@@ -61,29 +43,28 @@ def test_train_average_decode_bleu(numbers_run, dev_files):
     root, lines, _ = dev_files
     run, avg = numbers_run.output_dir, str(root / "avg")
     common = [f"--data_dir={numbers_run.data_dir}", "--decode_hparams=beam_size=4"]
-    averaging = _start(
-        "avg_checkpoints", f"--model_dir={run}", f"--output_dir={avg}", "--n=2"
-    )
-    decoding = _start(
+    decoding = start_cli(  # end to end, while this process averages
         "decoder",
         f"--output_dir={run}",
         *common,
         f"--decode_from_file={root / 'dev.en'}",
         f"--decode_to_file={root / 'out.fr'}",
     )
-    result = _finish(averaging)
+    result = run_cli(
+        "avg_checkpoints", f"--model_dir={run}", f"--output_dir={avg}", "--n=2"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "steps 150, 300" in result.stdout
-    from_average = _start(
+    result = run_cli(
         "decoder",
         f"--output_dir={avg}",
         *common,
         f"--decode_from_file={root / 'dev.en'}",
         f"--decode_to_file={root / 'avg.fr'}",
     )
-    for started in (decoding, from_average):
-        result = _finish(started)
-        assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-2000:]
+    result = finish_cli(decoding)
+    assert result.returncode == 0, result.stderr[-2000:]
 
     outputs = read_lines(str(root / "out.fr"))
     assert len(outputs) == len(lines)  # order and count kept, empty line included
@@ -93,11 +74,6 @@ def test_train_average_decode_bleu(numbers_run, dev_files):
     # The CLI's output is the library's, line for line.
     model, problem, hp, _ = load_for_decoding(
         output_dir=run,
-        checkpoint_path="",
-        problem="",
-        model="",
-        hparams_set="",
-        hparams="",
         data_dir=numbers_run.data_dir,
     )
     decoder = Decoder(model, decode_hparams("beam_size=4"), hp.max_length)
@@ -107,12 +83,8 @@ def test_train_average_decode_bleu(numbers_run, dev_files):
     # Without the empty and the long line, the output aligns with the references.
     kept = [o for i, o in enumerate(outputs) if i not in (10, 21)]
     (root / "kept.fr").write_text("".join(f"{line}\n" for line in kept))
-    bleu = _finish(
-        _start(
-            "bleu",
-            f"--translation={root / 'kept.fr'}",
-            f"--reference={root / 'dev.fr'}",
-        )
+    bleu = run_cli(
+        "bleu", f"--translation={root / 'kept.fr'}", f"--reference={root / 'dev.fr'}"
     )
     assert bleu.returncode == 0, bleu.stderr[-2000:]
     first = bleu.stdout.splitlines()[0]
@@ -126,15 +98,13 @@ def test_train_average_decode_bleu(numbers_run, dev_files):
 
 def test_interactive_mode_prints_one_line_per_input(numbers_run, dev_files):
     _, _, sources = dev_files
-    result = _finish(
-        _start(
-            "decoder",
-            f"--output_dir={numbers_run.output_dir}",
-            f"--data_dir={numbers_run.data_dir}",
-            "--decode_interactive",
-            "--decode_hparams=beam_size=2,return_beams=true,write_beam_scores=true",
-            stdin_text=f"{sources[0]}\n\n{sources[1]}\n",
-        )
+    result = run_cli(
+        "decoder",
+        f"--output_dir={numbers_run.output_dir}",
+        f"--data_dir={numbers_run.data_dir}",
+        "--decode_interactive",
+        "--decode_hparams=beam_size=2,return_beams=true,write_beam_scores=true",
+        stdin_text=f"{sources[0]}\n\n{sources[1]}\n",
     )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout.splitlines()
@@ -179,29 +149,19 @@ def test_bad_inputs_are_one_line_errors(numbers_run, dev_files, other_vocab_dir)
         ([run, data, source, "--decode_interactive"], ["--decode_interactive"]),
         ([f"--output_dir={root / 'dev.en'}", data, source], ["not a directory"]),
     ]
-    results = []
-    for first in range(0, len(rows), 4):  # 4 at a time: each one loads TensorFlow
-        started = [_start("decoder", *args) for args, _ in rows[first : first + 4]]
-        results += [_finish(process) for process in started]
-    for (args, words), result in zip(rows, results):
-        assert result.returncode != 0, args
-        errors = _errors(result)
-        assert len(errors) == 1, (args, result.stderr[-2000:])
-        for word in words:
-            assert word in errors[0], (args, errors[0])
+    for args, words in rows:
+        assert_user_error(run_cli("decoder", *args), "t2t-decoder", *words)
 
 
 def test_without_a_file_the_dev_set_is_decoded_and_scored(numbers_run, tmp_path):
     """T2T's default: no --decode_from_file decodes the problem's dev set."""
     out = tmp_path / "dev.decoded.fr"
-    result = _finish(
-        _start(
-            "decoder",
-            f"--output_dir={numbers_run.output_dir}",
-            f"--data_dir={numbers_run.data_dir}",
-            f"--decode_to_file={out}",
-            "--decode_hparams=beam_size=2",
-        )
+    result = run_cli(
+        "decoder",
+        f"--output_dir={numbers_run.output_dir}",
+        f"--data_dir={numbers_run.data_dir}",
+        f"--decode_to_file={out}",
+        "--decode_hparams=beam_size=2",
     )
     assert result.returncode == 0, result.stderr[-2000:]
     bleu_line = result.stdout.splitlines()[0]

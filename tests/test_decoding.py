@@ -15,23 +15,25 @@ from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding, restore_model, run_hparams
 from t2t_lite.errors import UserError
-from t2t_lite.models.transformer import Transformer, shift_right
+from t2t_lite.models.transformer import Transformer, TransformerConfig, shift_right
 from t2t_lite.training.evaluation import BleuEvaluator
 
 
 def _random_model(seed=0, layers=2, vocab_size=24):
     keras.utils.set_random_seed(seed)
     model = Transformer(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        filter_size=64,
-        num_encoder_layers=layers,
-        num_decoder_layers=layers,
-        num_heads=4,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-        shared_embedding_and_softmax_weights=True,
+        TransformerConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            filter_size=64,
+            num_encoder_layers=layers,
+            num_decoder_layers=layers,
+            num_heads=4,
+            layer_prepostprocess_dropout=0.0,
+            attention_dropout=0.0,
+            relu_dropout=0.0,
+            shared_embedding_and_softmax_weights=True,
+        )
     )
     model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
     return model
@@ -59,11 +61,6 @@ def test_cached_steps_give_the_logits_of_a_full_decode():
 def trained(numbers_run):
     model, problem, hp, _ = load_for_decoding(
         output_dir=numbers_run.output_dir,
-        checkpoint_path="",
-        problem="",
-        model="",
-        hparams_set="",
-        hparams="",
         data_dir=numbers_run.data_dir,
     )
     sources, references = problem.dev_text()
@@ -141,7 +138,7 @@ def test_decode_hparams_errors_are_one_line():
         with pytest.raises(UserError) as error:
             decode_hparams(text)
         message = str(error.value)
-        assert "\n" not in message and message.startswith("--decode_hparams")
+        assert "\n" not in message and message.startswith("decode_hparams")
         for word in words:
             assert word in message
 
@@ -183,11 +180,6 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(numbers_run, tmp
         restore_model(model, "", str(run))  # falls back, then: other architecture
     loaded, _, _, path = load_for_decoding(
         output_dir=str(run),
-        checkpoint_path="",
-        problem="",
-        model="",
-        hparams_set="",
-        hparams="",
         data_dir=numbers_run.data_dir,
     )
     assert path.endswith("model-150")

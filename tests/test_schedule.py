@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
 
 import t2t_lite  # noqa: F401  (registers everything)
-from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.schedule import (
@@ -222,7 +222,7 @@ def _issue_hp(n):
 def test_train_steps_is_divided_by_n():
     accumulated = schedule_from_hparams(_issue_hp(4), T)
     big_batch = schedule_from_hparams(_issue_hp(1), T // 4)
-    updates = range(0, T // 4 + 5)  # warmup (0..10), flat, decay (80..100), after.
+    updates = range(T // 4 + 5)  # warmup (0..10), flat, decay (80..100), after.
     rates = [float(accumulated(u)) for u in updates]
     assert rates == [float(big_batch(u)) for u in updates]
     # The range really covers warmup and the linear_decay region.
@@ -235,7 +235,7 @@ def test_undivided_train_steps_would_be_caught():
     accumulated = schedule_from_hparams(_issue_hp(4), T)
     t2t_bug = schedule_from_hparams(_issue_hp(1), T)
     differing = [
-        u for u in range(0, T // 4 + 1) if float(accumulated(u)) != float(t2t_bug(u))
+        u for u in range(T // 4 + 1) if float(accumulated(u)) != float(t2t_bug(u))
     ]
     assert differing == list(range(81, T // 4 + 1))
     _close(float(accumulated(90)), 1.0)

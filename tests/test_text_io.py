@@ -2,10 +2,9 @@
 line (in-process, and once through the t2t-datagen CLI)."""
 
 import gzip
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.data import datagen, text_io
 from t2t_lite.data.text_problems import TranslateParallelText
@@ -95,15 +94,15 @@ def test_datagen_checks_inputs_before_writing_anything(tmp_path):
 @pytest.mark.parametrize(
     "files, message",
     [
-        ({}, "needs --train_source and --train_target"),
-        ({"train_source": ("a",), "train_target": ()}, "needs --train_source"),
+        ({}, "needs train_source and train_target"),
+        ({"train_source": ("a",), "train_target": ()}, "needs train_source"),
         (
             {"train_source": ("a", "b"), "train_target": ("c",)},
-            "--train_source lists 2 file",
+            "train_source lists 2 file",
         ),
         (
             {"train_source": ("a",), "train_target": ("b",), "tfds_data_dir": "x"},
-            "--tfds_data_dir is not used by problem translate_parallel_text",
+            "tfds_data_dir is not used by problem translate_parallel_text",
         ),
     ],
 )
@@ -115,25 +114,13 @@ def test_datagen_flag_mistakes(tmp_path, files, message):
 def test_cli_prints_one_line_error_and_exits_2(tmp_path):
     src = write(tmp_path / "train.de", "a\nb\n")
     tgt = write(tmp_path / "train.en", "x\n")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "t2t_lite.bin.datagen",
-            "--problem=translate_parallel_text",
-            f"--data_dir={tmp_path / 'data'}",
-            f"--train_source={src}",
-            f"--train_target={tgt}",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_cli(
+        "datagen",
+        "--problem=translate_parallel_text",
+        f"--data_dir={tmp_path / 'data'}",
+        f"--train_source={src}",
+        f"--train_target={tgt}",
     )
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    errors = [
-        l for l in result.stderr.splitlines() if l.startswith("t2t-datagen: error:")
-    ]
-    assert len(errors) == 1, result.stderr[-2000:]
-    assert "train.en has 1 lines but" in errors[0] and "train.de has 2" in errors[0]
+    assert_user_error(
+        result, "t2t-datagen", "train.en has 1 lines but", "train.de has 2"
+    )

@@ -82,7 +82,7 @@ def test_unprepared_dataset_is_a_clear_error(tmp_path):
 def test_file_flags_are_refused(tmp_path):
     problem = registry.PROBLEMS.get("translate_wmt14_en_de")()
     config = datagen.DatagenConfig(train_source=("a",), train_target=("b",))
-    with pytest.raises(UserError, match="--train_source is not used by problem"):
+    with pytest.raises(UserError, match="train_source is not used by problem"):
         datagen.generate(problem, str(tmp_path), config=config, log=quiet)
 
 

@@ -1,9 +1,10 @@
 """Trainer-level tests: exact mid-window resume, one trace per function, start-up line."""
 
+import pytest
 import tensorflow as tf
+from accumulation_helpers import tolerance_ratio
 
 import t2t_lite  # noqa: F401
-from accumulation_helpers import tolerance_ratio
 from t2t_lite.hparams_sets import transformer_base_fake_gpu8, transformer_test
 from t2t_lite.training.trainer import RunConfig, Trainer, simulation_line
 
@@ -29,6 +30,7 @@ def _trainer(output_dir, train_steps):
     return Trainer(config, _hparams())
 
 
+@pytest.mark.slow
 def test_resume_mid_window_equals_uninterrupted_run(tmp_path):
     total, stop = 14, 6  # 6 % 4 == 2: the checkpoint is inside a window
     straight = _trainer(tmp_path / "straight", total)
@@ -64,6 +66,7 @@ def test_resume_mid_window_equals_uninterrupted_run(tmp_path):
     assert tolerance_ratio(broken.model, straight.model) > 10
 
 
+@pytest.mark.slow
 def test_train_step_traces_once_across_bucket_shapes(tmp_path):
     trainer = _trainer(tmp_path, 24)
     trainer.train()

@@ -16,20 +16,20 @@ HIDDEN = 16
 
 
 def _hparams(**overrides):
-    values = dict(
-        hidden_size=HIDDEN,
-        filter_size=32,
-        num_hidden_layers=2,
-        num_encoder_layers=0,
-        num_decoder_layers=0,
-        num_heads=2,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-        shared_embedding_and_softmax_weights=True,
-        norm_epsilon=1e-6,
-        initializer_gain=1.0,
-    )
+    values = {
+        "hidden_size": HIDDEN,
+        "filter_size": 32,
+        "num_hidden_layers": 2,
+        "num_encoder_layers": 0,
+        "num_decoder_layers": 0,
+        "num_heads": 2,
+        "layer_prepostprocess_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "relu_dropout": 0.0,
+        "shared_embedding_and_softmax_weights": True,
+        "norm_epsilon": 1e-6,
+        "initializer_gain": 1.0,
+    }
     values.update(overrides)
     return types.SimpleNamespace(**values)
 
@@ -63,25 +63,30 @@ def test_output_shape_and_dtype():
 
 
 def test_layer_get_config_round_trip():
-    layer = tr.DecoderLayer(
-        HIDDEN,
-        32,
-        2,
-        0.1,
-        0.2,
-        0.3,
+    config = tr.TransformerConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        filter_size=32,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        layer_prepostprocess_dropout=0.1,
+        attention_dropout=0.2,
+        relu_dropout=0.3,
+        shared_embedding_and_softmax_weights=True,
         norm_epsilon=1e-5,
         initializer_gain=0.5,
-        name="dec",
     )
-    config = layer.get_config()
-    clone = tr.DecoderLayer.from_config(config)
-    assert clone.get_config() == config
-    assert config["relu_dropout"] == 0.3 and config["norm_epsilon"] == 1e-5
+    layer = tr.DecoderLayer(config, name="dec")
+    layer_config = layer.get_config()
+    clone = tr.DecoderLayer.from_config(layer_config)
+    assert clone.get_config() == layer_config and clone.config == config
+    assert layer_config["config"]["relu_dropout"] == 0.3
     model = _model(shared_embedding_and_softmax_weights=False)
     clone_model = Transformer.from_config(model.get_config())
     assert clone_model.get_config() == model.get_config()
-    assert clone_model.shared_embedding_and_softmax_weights is False
+    assert clone_model.config.shared_embedding_and_softmax_weights is False
+    assert clone_model.config == model.config and clone_model.vocab_size == VOCAB
 
 
 def test_padding_does_not_leak():
@@ -219,3 +224,8 @@ def test_token_accuracy_hand_made():
     assert (float(correct), float(tokens)) == (8.0, 9.0)
     assert (float(correct_seqs), float(seqs)) == (2.0, 3.0)
     assert correct.dtype == tf.float32 and seqs.dtype == tf.float32
+
+
+def test_config_rejects_heads_not_dividing_hidden():
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        _model(num_heads=3)

@@ -55,9 +55,7 @@ def test_written_file_loads_with_same_hash_and_listing(vocab):
 
 
 def test_too_large_vocab_is_a_clear_error(tmp_path):
-    with pytest.raises(
-        VocabError, match=r"--vocab_size=5000 is too large.*at most \d+"
-    ):
+    with pytest.raises(VocabError, match=r"vocab_size=5000 is too large.*at most \d+"):
         train_sentencepiece(sentences(200), str(tmp_path / "v.model"), 5000)
     assert not os.path.exists(tmp_path / "v.model")
 

@@ -11,7 +11,7 @@ from absl import flags, logging
 
 from t2t_lite.bin import common
 from t2t_lite.errors import UserError
-from t2t_lite.training import averaging
+from t2t_lite.runs import averaging
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", "", "The run's --output_dir, holding model-N files.")
@@ -29,14 +29,12 @@ def main(argv):
     for name in ("model_dir", "output_dir"):
         if not FLAGS[name].value:
             raise UserError(f"--{name} is required.")
-    if FLAGS.n < 1:
-        raise UserError(f"--n must be >= 1, got {FLAGS.n}.")
     logging.set_verbosity(logging.INFO)
+    # averaging.average_checkpoints, in steps to report the steps: the library
+    # checks the directories and --n, each once, before anything is read or written.
     averaging.check_output_dir(FLAGS.model_dir, FLAGS.output_dir, FLAGS.overwrite)
     checkpoints = averaging.newest_checkpoints(FLAGS.model_dir, FLAGS.n)
-    path = averaging.write_average(
-        checkpoints, FLAGS.model_dir, FLAGS.output_dir, overwrite=FLAGS.overwrite
-    )
+    path = averaging.write_average(checkpoints, FLAGS.model_dir, FLAGS.output_dir)
     steps = ", ".join(str(step) for step, _ in checkpoints)
     print(
         f"t2t-avg-all: averaged {len(checkpoints)} checkpoint(s) of "

@@ -4,7 +4,7 @@ import sys
 
 from absl import app, flags
 
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, first_line
 
 
 def _error(program, message):
@@ -24,7 +24,7 @@ def run_main(main, program):
         try:
             return flags.FLAGS(argv)
         except flags.Error as e:
-            sys.exit(_error(program, str(e).splitlines()[0]))
+            sys.exit(_error(program, first_line(e)))
 
     def guarded(argv):
         try:

@@ -4,6 +4,7 @@ import os
 import sys
 import time
 
+import tensorflow as tf
 from absl import flags, logging
 
 from t2t_lite.bin import common
@@ -11,8 +12,8 @@ from t2t_lite.data import text_io
 from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding
-from t2t_lite.errors import UserError
-from t2t_lite.training.run_dir import write_atomically
+from t2t_lite.errors import UserError, first_line
+from t2t_lite.runs.run_dir import write_atomically
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "", "The run to decode with (its checkpoints).")
@@ -101,6 +102,8 @@ def _write(outputs, path):
         write_atomically(path, text)
     except OSError as e:
         raise UserError(f"--decode_to_file '{path}': {e.strerror}.") from None
+    except tf.errors.OpError as e:  # tf.io.gfile's errors (a missing directory)
+        raise UserError(f"--decode_to_file '{path}': {first_line(e)}") from None
 
 
 def _report(count, seconds, hp, where):
@@ -112,8 +115,16 @@ def _report(count, seconds, hp, where):
     )
 
 
-def _decode_file(decoder, problem, hp):
-    lines = list(text_io.read_lines(FLAGS.decode_from_file))  # one-line errors
+def _read_source():
+    """--decode_from_file's (number, text) lines, read before the model is loaded so a
+    missing or non-UTF-8 file fails at once (text_io checks it, once)."""
+    try:
+        return list(text_io.read_lines(FLAGS.decode_from_file))
+    except UserError as e:
+        raise UserError(f"--decode_from_file: {e}") from None
+
+
+def _decode_file(decoder, problem, hp, lines):
     start = time.perf_counter()
     outputs = _translate(decoder, problem, hp, lines, FLAGS.decode_from_file)
     _write(outputs, FLAGS.decode_to_file)
@@ -168,9 +179,8 @@ def main(argv):
             "--decode_interactive reads stdin and prints to stdout; drop "
             "--decode_from_file/--decode_to_file (or --decode_interactive)."
         )
-    if FLAGS.decode_from_file and not os.path.exists(FLAGS.decode_from_file):
-        raise UserError(f"--decode_from_file '{FLAGS.decode_from_file}': no such file.")
-    dhp = decode_hparams(FLAGS.decode_hparams)
+    lines = _read_source() if FLAGS.decode_from_file else None
+    dhp = decode_hparams(FLAGS.decode_hparams, flag="--decode_hparams")
     logging.set_verbosity(logging.INFO)
     model, problem, hp, path = load_for_decoding(
         output_dir=FLAGS.output_dir,
@@ -182,9 +192,14 @@ def main(argv):
         data_dir=FLAGS.data_dir,
     )
     print(f"t2t-decoder: decoding with {path}", file=sys.stderr)
-    decoder = Decoder(model, dhp, max_input_length=hp.max_length or hp.batch_size)
+    decoder = Decoder(
+        model,
+        dhp,
+        max_input_length=hp.max_length or hp.batch_size,
+        flag="--decode_hparams",
+    )
     if FLAGS.decode_from_file:
-        _decode_file(decoder, problem, dhp)
+        _decode_file(decoder, problem, dhp, lines)
     elif FLAGS.decode_interactive:
         _decode_interactive(decoder, problem, dhp)
     else:

@@ -7,6 +7,7 @@ from t2t_lite.bin import common
 from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_checks import validate
+from t2t_lite.training.distribution import make_strategy
 from t2t_lite.training.trainer import RunConfig, Trainer
 
 FLAGS = flags.FLAGS
@@ -60,6 +61,13 @@ flags.DEFINE_string(
     "beam_size=1",
     "Decode hparams of that BLEU (default greedy; see t2t-decoder --decode_hparams).",
 )
+flags.DEFINE_integer(
+    "worker_gpu",
+    1,
+    "Replicas on this machine (MirroredStrategy over that many GPUs; without GPUs, "
+    "the CPU is split into that many logical devices). Multi-host training is set "
+    "by the TF_CONFIG environment variable (MultiWorkerMirroredStrategy).",
+)
 flags.DEFINE_boolean("registry_help", False, "List every registered name and exit.")
 
 
@@ -78,7 +86,8 @@ def _check_flags():
         raise UserError(
             f"--random_seed must be in [0, 2**32), got {FLAGS.random_seed}."
         )
-    decode_hparams(FLAGS.eval_decode_hparams, "--eval_decode_hparams")
+    if FLAGS.worker_gpu < 1:
+        raise UserError(f"--worker_gpu must be >= 1, got {FLAGS.worker_gpu}.")
     if FLAGS.local_eval_frequency < 0:
         raise UserError(
             f"--local_eval_frequency must be >= 0, got {FLAGS.local_eval_frequency}."
@@ -97,6 +106,7 @@ def main(argv):
         print(registry.help_text())
         return 0
     _check_flags()
+    eval_decode_hp = decode_hparams(FLAGS.eval_decode_hparams, "--eval_decode_hparams")
     registry.PROBLEMS.get(FLAGS.problem)
     registry.MODELS.get(FLAGS.model)
     hp = build_hparams(FLAGS.hparams_set, FLAGS.hparams)
@@ -115,15 +125,22 @@ def main(argv):
         random_seed=FLAGS.random_seed,
         deterministic=FLAGS.deterministic,
         eval_bleu_sentences=FLAGS.eval_bleu_sentences,
-        eval_decode_hparams=FLAGS.eval_decode_hparams,
+        eval_decode_hparams=eval_decode_hp,
     )
-    trainer = Trainer(config, hp)
+    strategy = make_strategy(FLAGS.worker_gpu)
+    trainer = Trainer(config, hp, strategy=strategy)
     record = trainer.train()
     if trainer.stopped_by:
         print(
             f"t2t-trainer: stopped by {trainer.stopped_by} at step "
             f"{trainer.step.micro_step} (update {trainer.step.update_step}); newest "
             f"checkpoint: {trainer.checkpoints.latest}. Run the same command to resume."
+        )
+        return 0
+    if "loss" not in record:  # a worker other than the chief: it does not evaluate
+        print(
+            f"t2t-trainer: worker done at step {record['global_step']} (update "
+            f"{record['update_step']}); the chief evaluates and writes the run."
         )
         return 0
     print(

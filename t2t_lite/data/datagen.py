@@ -22,12 +22,13 @@ import numpy as np
 from t2t_lite.data import datagen_report, tfrecords
 from t2t_lite.data.datagen_report import SplitStats
 from t2t_lite.data.text_problems import SIDES, vocab_file_names
-from t2t_lite.data.vocab import train_sentencepiece, write_bytes_atomically
+from t2t_lite.data.vocab import train_sentencepiece
 from t2t_lite.errors import UserError
+from t2t_lite.fileio import write_atomically
 
 _ENCODE_CHUNK = 2000  # pairs encoded per SentencePiece call (multi-threaded)
 DROP_EMPTY = "empty source or target"
-DROP_TOO_LONG = "longer than --max_length"
+DROP_TOO_LONG = "longer than max_length"
 
 
 @dataclasses.dataclass
@@ -65,10 +66,10 @@ def check_config(config):
     ):
         value = getattr(config, name)
         if value < minimum:
-            raise UserError(f"--{name} must be >= {minimum}, got {value}.")
+            raise UserError(f"{name} must be >= {minimum}, got {value}.")
     if not 0.0 < config.character_coverage <= 1.0:
         raise UserError(
-            f"--character_coverage must be in (0, 1], got {config.character_coverage}."
+            f"character_coverage must be in (0, 1], got {config.character_coverage}."
         )
 
 
@@ -86,7 +87,7 @@ def generate(problem, data_dir, tmp_dir=None, config=None, log=print):
     if existing is not None:
         log(
             f"{data_dir} already holds {problem.name} generated from the same inputs "
-            f"and settings; nothing to do (use --overwrite to regenerate)."
+            f"and settings; nothing to do (set overwrite to regenerate)."
         )
         return {**existing["summary"], "skipped": True}
     started = time.perf_counter()
@@ -152,7 +153,7 @@ def _existing_manifest(problem, data_dir, identity, config):
         raise UserError(
             f"{data_dir} already holds {problem.name} data generated from other "
             f"inputs or settings ({_first_difference(identity, manifest['identity'])}); "
-            f"use another --data_dir, or --overwrite to replace it."
+            f"use another data_dir, or set overwrite to replace it."
         )
     return None
 
@@ -315,7 +316,7 @@ def _write_dev(problem, corpus, vocabs, config, data_dir, log):
     text_files = {}
     for side in SIDES:
         text_files[side] = f"{problem.name}-dev.{side}.txt"
-        write_bytes_atomically(
+        write_atomically(
             os.path.join(data_dir, text_files[side]),
             "".join(f"{line}\n" for line in texts[side]).encode("utf-8"),
         )

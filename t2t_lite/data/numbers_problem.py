@@ -18,16 +18,74 @@ import numpy as np
 
 from t2t_lite.data.text_problems import FILE_OPTIONS, TextProblem, reject_options
 
-_EN_SMALL = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen "
-    "fourteen fifteen sixteen seventeen eighteen nineteen"
-).split()
-_EN_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-_FR_SMALL = (
-    "zéro un deux trois quatre cinq six sept huit neuf dix onze douze treize "
-    "quatorze quinze seize dix-sept dix-huit dix-neuf"
-).split()
-_FR_TENS = "_ _ vingt trente quarante cinquante soixante _ quatre-vingt _".split()
+_EN_SMALL = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_EN_TENS = [
+    "_",
+    "_",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "sixty",
+    "seventy",
+    "eighty",
+    "ninety",
+]
+_FR_SMALL = [
+    "zéro",
+    "un",
+    "deux",
+    "trois",
+    "quatre",
+    "cinq",
+    "six",
+    "sept",
+    "huit",
+    "neuf",
+    "dix",
+    "onze",
+    "douze",
+    "treize",
+    "quatorze",
+    "quinze",
+    "seize",
+    "dix-sept",
+    "dix-huit",
+    "dix-neuf",
+]
+_FR_TENS = [
+    "_",
+    "_",
+    "vingt",
+    "trente",
+    "quarante",
+    "cinquante",
+    "soixante",
+    "_",
+    "quatre-vingt",
+    "_",
+]
 MAX_DIGITS = 9  # up to 999 999 999
 
 

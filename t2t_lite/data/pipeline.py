@@ -18,7 +18,7 @@ the budget strict.
 
 import tensorflow as tf
 
-PAD_ID = 0
+from t2t_lite.constants import PAD_ID
 
 
 def bucket_boundaries(max_length, min_length=8, length_bucket_step=1.1):

@@ -14,8 +14,8 @@ padded batch can always be unpadded by stripping trailing zeros.
 import numpy as np
 import tensorflow as tf
 
-PAD_ID = 0
-EOS_ID = 1
+from t2t_lite.constants import EOS_ID, PAD_ID
+
 NUM_RESERVED_IDS = 2  # pad and EOS; the first symbol is id 2.
 SPLITS = ("train", "dev")
 _SPLIT_INDEX = {"train": 0, "dev": 1}  # Mixed into the seed: dev is a different draw.
@@ -138,6 +138,13 @@ class Problem:
             )
             parts.append((flat, lengths))
         return _ragged_dataset(*parts)
+
+    def replica_dataset(self, split, data_dir, replica, num_replicas):
+        """Shard `replica` of `num_replicas` of `dataset(split)`, for data-parallel
+        training: every example goes to exactly one replica. This generic version
+        shards by example; problems stored in several files shard by file."""
+        dataset = self.dataset(split, data_dir)
+        return dataset.shard(num_replicas, replica) if num_replicas > 1 else dataset
 
     def encode_inputs(self, text):
         """Text as `decode` writes it → input ids ending with EOS (for t2t-decoder).

@@ -31,7 +31,7 @@ def _open_binary(path):
     return open(path, "rb")
 
 
-def _decode(path, number, raw):
+def _decode(path, number, raw, strip):
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -41,21 +41,25 @@ def _decode(path, number, raw):
         ) from None
     if number == 1 and text.startswith(_BOM):
         text = text[1:]
-    return text.strip()
+    if strip:
+        return text.strip()
+    if text.endswith("\n"):
+        text = text[:-2] if text.endswith("\r\n") else text[:-1]
+    return text
 
 
-def read_lines(path):
+def read_lines(path, strip=True):
     """Yields (line_number, text) for every line of `path`, 1-based.
 
-    The text is stripped of its line break and surrounding whitespace (`\\r\\n` files
-    work); a UTF-8 byte-order mark at the start is dropped. Only `\\n` ends a line, so
+    The text is stripped of its line break and, with `strip`, of surrounding
+    whitespace (`\\r\\n` files work); a UTF-8 byte-order mark at the start is dropped. Only `\\n` ends a line, so
     a stray U+2028 inside a sentence does not shift the alignment.
     """
     number = 0
     try:
         with _open_binary(path) as f:
             for number, raw in enumerate(f, 1):
-                yield number, _decode(path, number, raw)
+                yield number, _decode(path, number, raw, strip)
     except (OSError, EOFError, zlib.error) as e:
         where = f"after line {number}" if number else "at the start"
         raise DataFileError(f"{path}: cannot be read {where} ({e}).") from None
@@ -93,12 +97,12 @@ def read_parallel(source_path, target_path):
 
 
 def check_file_lists(source_paths, target_paths, what):
-    """Checks that `--{what}_source` and `--{what}_target` list as many files."""
+    """Checks that `{what}_source` and `{what}_target` list as many files."""
     if len(source_paths) != len(target_paths):
         raise UserError(
-            f"--{what}_source lists {len(source_paths)} file(s) but --{what}_target "
+            f"{what}_source lists {len(source_paths)} file(s) but {what}_target "
             f"lists {len(target_paths)}; give one target file per source file."
         )
     for path in list(source_paths) + list(target_paths):
         if not path:
-            raise UserError(f"--{what}_source/--{what}_target: empty file name.")
+            raise UserError(f"{what}_source/{what}_target: empty file name.")

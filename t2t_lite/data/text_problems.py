@@ -37,15 +37,13 @@ def reject_options(problem_name, config, options, why):
     """A UserError if any of `options` (DatagenConfig fields) is set."""
     for option in options:
         if getattr(config, option):
-            raise UserError(
-                f"--{option} is not used by problem {problem_name} ({why})."
-            )
+            raise UserError(f"{option} is not used by problem {problem_name} ({why}).")
 
 
 class TextProblem(Problem):
     """A problem whose data t2t-datagen writes into data_dir (vocab + TFRecords)."""
 
-    default_vocab_size = 8000  # used when t2t-datagen gets no --vocab_size
+    default_vocab_size = 8000  # used when the datagen config's vocab_size is 0
     reports_bleu = True  # translation: evaluations report BLEU on dev text
 
     def __init__(self):
@@ -63,14 +61,14 @@ class TextProblem(Problem):
 
     def load(self, data_dir):
         """Reads the manifest and vocabulary written by t2t-datagen into data_dir."""
-        rerun = f"run t2t-datagen --problem={self.name} --data_dir={data_dir or 'DIR'}"
+        rerun = self._rerun(data_dir)
         if not data_dir:
             raise UserError(
-                f"problem {self.name} reads its data from --data_dir: {rerun} "
-                f"first, then pass the same --data_dir."
+                f"problem {self.name} reads its data from data_dir: {rerun} "
+                f"first, then give the same data_dir."
             )
         if not os.path.isdir(data_dir):
-            raise UserError(f"--data_dir '{data_dir}' does not exist; {rerun} first.")
+            raise UserError(f"data_dir '{data_dir}' does not exist; {rerun} first.")
         manifest = self._read_manifest(data_dir, rerun)
         vocabs = {}
         for side, name in manifest["vocab"]["files"].items():
@@ -78,23 +76,25 @@ class TextProblem(Problem):
             try:
                 vocabs[side] = SubwordVocab(path)
             except VocabError as e:
-                raise VocabError(
-                    f"{str(e).rstrip('.')}; {rerun} --overwrite."
-                ) from None
+                raise VocabError(f"{str(e).rstrip('.')}; {rerun}, overwrite.") from None
             if vocabs[side].sha256 != manifest["vocab"]["sha256"][side]:
                 raise VocabError(
                     f"{path} was changed after t2t-datagen wrote the data in "
                     f"{data_dir} (its SHA-256 differs from the manifest's); "
-                    f"{rerun} --overwrite."
+                    f"{rerun}, overwrite."
                 )
         self._data_dir, self._manifest, self._vocabs = data_dir, manifest, vocabs
+
+    def _rerun(self, data_dir):
+        """What to run to (re)generate the data, in argument terms."""
+        return f"run t2t-datagen with problem={self.name}, data_dir={data_dir or 'DIR'}"
 
     def _read_manifest(self, data_dir, rerun):
         path = tfrecords.manifest_path(data_dir, self.name)
         try:
             manifest = tfrecords.read_manifest(data_dir, self.name)
         except ValueError as e:
-            raise UserError(f"{e}; {rerun} --overwrite.") from None
+            raise UserError(f"{e}; {rerun}, overwrite.") from None
         if manifest is None:
             prefix = f"{self.name}-"
             partial = any(n.startswith(prefix) for n in os.listdir(data_dir))
@@ -140,6 +140,19 @@ class TextProblem(Problem):
     def dataset(self, split, data_dir=None):
         """Unbatched {"inputs", "targets"} int32 datasets read from the split's shards;
         the training split's shards are read in a reshuffled order every epoch."""
+        paths = self._shard_paths(split, data_dir)
+        return tfrecords.read_dataset(paths, shuffle_files=split == "train")
+
+    def replica_dataset(self, split, data_dir, replica, num_replicas):
+        """File-level sharding (each replica reads only its own files) when there are
+        at least as many files as replicas; example-level sharding otherwise."""
+        paths = self._shard_paths(split, data_dir)
+        if num_replicas <= 1 or len(paths) < num_replicas:
+            return super().replica_dataset(split, data_dir, replica, num_replicas)
+        mine = paths[replica::num_replicas]
+        return tfrecords.read_dataset(mine, shuffle_files=split == "train")
+
+    def _shard_paths(self, split, data_dir):
         check_split(split)
         if self._vocabs is None or (data_dir and data_dir != self._data_dir):
             self.load(data_dir)
@@ -152,9 +165,9 @@ class TextProblem(Problem):
             if not os.path.exists(path):
                 raise UserError(
                     f"{path} is listed in {self.name}.manifest.json but missing; "
-                    f"re-run t2t-datagen --problem={self.name} --overwrite."
+                    f"{self._rerun(self._data_dir)}, overwrite."
                 )
-        return tfrecords.read_dataset(paths, shuffle_files=split == "train")
+        return paths
 
     def dev_text(self):
         """The dev sentences t2t-datagen kept as text, aligned with the dev shard."""
@@ -222,15 +235,13 @@ class ParallelFilesCorpus:
         if k <= 0:
             raise UserError(
                 f"no dev files and too few training lines ({total}) to hold out a "
-                f"dev set (--dev_holdout={self.dev_holdout}); pass --dev_source and "
-                f"--dev_target."
+                f"dev set (dev_holdout={self.dev_holdout}); give dev_source and "
+                f"dev_target."
             )
         rng = np.random.default_rng(self.seed)
         self._holdout = frozenset(rng.choice(total, size=k, replace=False).tolist())
         self._counts = {"train": total - k, "dev": k}
-        log(
-            f"No --dev_source/--dev_target: holding out {k} random training pairs as dev."
-        )
+        log(f"No dev_source/dev_target: holding out {k} random training pairs as dev.")
 
     def size(self, split):
         return None if self._counts is None else self._counts[split]
@@ -274,11 +285,11 @@ class TranslateParallelText(TextProblem):
             self.name,
             config,
             ("tfds_data_dir", "tfds_manual_dir"),
-            "it reads --train_source/--train_target files",
+            "it reads train_source/train_target files",
         )
         if not config.train_source or not config.train_target:
             raise UserError(
-                f"problem {self.name} needs --train_source and --train_target "
+                f"problem {self.name} needs train_source and train_target "
                 f"(line-aligned files, one sentence per line)."
             )
         text_io.check_file_lists(config.train_source, config.train_target, "train")

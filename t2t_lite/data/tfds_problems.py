@@ -60,7 +60,7 @@ class TfdsCorpus:
         return self.data_dir or "the default TFDS data dir (~/tensorflow_datasets)"
 
     def check(self, log):
-        """Prepares from --tfds_manual_dir if given; checks both splits can be read."""
+        """Prepares from tfds_manual_dir if given; checks both splits can be read."""
         tfds = _tfds()
         if self.manual_dir:
             log(f"Preparing {self.dataset_name} from {self.manual_dir} with TFDS ...")
@@ -71,7 +71,7 @@ class TfdsCorpus:
             except Exception as e:  # noqa: BLE001  (TFDS raises many kinds here)
                 raise UserError(
                     f"TFDS could not prepare {self.dataset_name} from "
-                    f"--tfds_manual_dir={self.manual_dir}: {_first_sentence(e)}"
+                    f"tfds_manual_dir '{self.manual_dir}': {_first_sentence(e)}"
                 ) from None
         for split in self.splits:
             self._load(split)  # Fails here, before anything is written.
@@ -95,7 +95,7 @@ class TfdsCorpus:
                 f"TFDS dataset {self.dataset_name} (split {tfds_split}) cannot be read "
                 f"from {self._where()}: {_first_sentence(e)} Prepare it first, e.g. "
                 f"`tfds build {self.dataset_name} --data_dir=DIR` (with --manual_dir "
-                f"for manual downloads), then pass --tfds_data_dir=DIR."
+                f"for manual downloads), then give tfds_data_dir=DIR."
             ) from None
         split_info = info.splits.get(tfds_split)
         self._sizes[split] = split_info.num_examples if split_info else None

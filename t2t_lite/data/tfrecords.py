@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from t2t_lite.data.vocab import write_bytes_atomically
+from t2t_lite.fileio import fsync, replace, temp_name, write_atomically
 
 FORMAT_VERSION = 1
 _FEATURES = {
@@ -49,11 +49,6 @@ def manifest_path(data_dir, problem_name):
     return os.path.join(data_dir, f"{problem_name}.manifest.json")
 
 
-def temp_name(path):
-    """The name a file has while it is being written (never read as data)."""
-    return f"{path}.tmp-{os.getpid()}"
-
-
 class ShardWriter:
     """Writes records to `paths` through temporary names; `close()` renames them.
 
@@ -74,10 +69,10 @@ class ShardWriter:
         for writer, path in zip(self._writers, self.paths):
             writer.close()
             if keep:
-                _fsync(temp_name(path))  # on disk before the manifest says "complete"
-                os.replace(temp_name(path), path)
-            elif os.path.exists(temp_name(path)):
-                os.remove(temp_name(path))
+                fsync(temp_name(path))  # on disk before the manifest says "complete"
+                replace(temp_name(path), path)
+            elif tf.io.gfile.exists(temp_name(path)):
+                tf.io.gfile.remove(temp_name(path))
         self._writers = []
 
     def __enter__(self):
@@ -86,14 +81,6 @@ class ShardWriter:
     def __exit__(self, exc_type, exc, tb):
         if self._writers:
             self.close(keep=exc_type is None)
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_records(path):
@@ -122,7 +109,7 @@ def remove_generated_files(data_dir, problem_name, tmp_dir=None):
     """Deletes every file t2t-datagen writes for `problem_name`, and temporaries.
 
     Called before (re)generating, after the manifest is gone, so that files of an
-    interrupted run, of another --num_shards or of a shared vocabulary replaced by
+    interrupted run, of another num_shards or of a shared vocabulary replaced by
     separate ones never linger next to the new ones. Returns how many were deleted.
     """
     pattern = re.compile(
@@ -142,7 +129,7 @@ def remove_generated_files(data_dir, problem_name, tmp_dir=None):
 
 def write_manifest(data_dir, problem_name, manifest):
     text = json.dumps({"format": FORMAT_VERSION, **manifest}, indent=2, sort_keys=True)
-    write_bytes_atomically(manifest_path(data_dir, problem_name), text.encode() + b"\n")
+    write_atomically(manifest_path(data_dir, problem_name), text.encode() + b"\n")
 
 
 def read_manifest(data_dir, problem_name):
@@ -195,7 +182,7 @@ def read_dataset(paths, *, shuffle_files, cycle_length=8):
     files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle_files and len(paths) > 1:
         # A fixed op seed: the order is reproducible, and still changes with the
-        # global seed (tf.random.set_seed, which the trainer sets from --random_seed).
+        # global seed (tf.random.set_seed, which the trainer sets from its random_seed).
         files = files.shuffle(
             len(paths), seed=_FILE_SHUFFLE_SEED, reshuffle_each_iteration=True
         )

@@ -14,8 +14,9 @@ import re
 import numpy as np
 import sentencepiece as spm
 
-from t2t_lite.data.problems import EOS_ID, PAD_ID
-from t2t_lite.errors import UserError
+from t2t_lite.constants import EOS_ID, PAD_ID
+from t2t_lite.errors import UserError, first_line
+from t2t_lite.fileio import write_atomically
 
 UNK_ID = 2
 _MIN_VOCAB_SIZE = 4  # pad, EOS, unk and at least one piece
@@ -24,16 +25,6 @@ _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\).*<= (\d+)")
 
 class VocabError(UserError):
     """A vocabulary that cannot be trained or used; str() names the file."""
-
-
-def write_bytes_atomically(path, data):
-    """Writes via a temporary name and a rename: readers never see half a file."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def train_sentencepiece(
@@ -52,9 +43,7 @@ def train_sentencepiece(
     the iterable); every sentence is read. Returns the loaded SubwordVocab.
     """
     if vocab_size < _MIN_VOCAB_SIZE:
-        raise VocabError(
-            f"--vocab_size must be >= {_MIN_VOCAB_SIZE}, got {vocab_size}."
-        )
+        raise VocabError(f"vocab_size must be >= {_MIN_VOCAB_SIZE}, got {vocab_size}.")
     writer = io.BytesIO()
     spm.set_random_generator_seed(seed)
     try:
@@ -75,7 +64,7 @@ def train_sentencepiece(
         )
     except RuntimeError as e:
         raise _training_error(e, path, vocab_size) from None
-    write_bytes_atomically(path, writer.getvalue())
+    write_atomically(path, writer.getvalue())
     vocab = SubwordVocab(path, writer.getvalue())
     _write_piece_list(vocab, path)
     return vocab
@@ -86,12 +75,11 @@ def _training_error(error, path, vocab_size):
     if too_high:
         most = too_high.group(2)
         return VocabError(
-            f"--vocab_size={vocab_size} is too large for the training text of "
+            f"vocab_size={vocab_size} is too large for the training text of "
             f"{os.path.basename(path)}: SentencePiece can make at most {most} pieces "
-            f"from it; use --vocab_size={most} or less, or more text."
+            f"from it; use vocab_size={most} or less, or more text."
         )
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return VocabError(f"SentencePiece training for {path} failed: {first_line}")
+    return VocabError(f"SentencePiece training for {path} failed: {first_line(error)}")
 
 
 def _write_piece_list(vocab, model_path):
@@ -99,7 +87,7 @@ def _write_piece_list(vocab, model_path):
     listing = "".join(
         f"{i}\t{vocab.id_to_piece(i)}\n" for i in range(vocab.size)
     ).encode("utf-8")
-    write_bytes_atomically(os.path.splitext(model_path)[0] + ".vocab", listing)
+    write_atomically(os.path.splitext(model_path)[0] + ".vocab", listing)
 
 
 def file_sha256(path):

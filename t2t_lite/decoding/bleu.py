@@ -6,14 +6,13 @@ says exactly what was computed, and with tokenize="13a" they are the WMT numbers
 """
 
 import dataclasses
-import os
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from t2t_lite.errors import UserError
+from t2t_lite.data import text_io
+from t2t_lite.errors import UserError, first_line
 
 TOKENIZERS = tuple(BLEU.TOKENIZERS)  # "13a" (WMT default), "intl", "zh", "char", ...
-_BOM = "\ufeff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,39 +26,12 @@ class Scores:
 
 
 def read_lines(path):
-    """The lines of a UTF-8 text file, each without its line break ("\\n" or "\\r\\n").
+    """The lines of a UTF-8 text file (plain or .gz), each without its line break.
 
-    Nothing else is stripped: scoring decides what whitespace means. Only "\\n" ends a
-    line (a stray U+2028 must not shift the alignment); a byte-order mark at the
-    start is dropped. A missing file or bytes that are not UTF-8 are one-line
-    UserErrors naming the file (and line).
+    Nothing else is stripped: scoring decides what whitespace means. Errors are
+    text_io's one-line DataFileErrors naming the file (and line).
     """
-    if not os.path.isfile(path):
-        what = "is a directory" if os.path.isdir(path) else "no such file"
-        raise UserError(f"{path}: {what}; expected a UTF-8 text file.")
-    lines = []
-    try:
-        with open(path, "rb") as f:
-            for number, raw in enumerate(f, 1):
-                lines.append(_decode(path, number, raw))
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror}).") from None
-    if lines and lines[0].startswith(_BOM):
-        lines[0] = lines[0][1:]
-    return lines
-
-
-def _decode(path, number, raw):
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(
-            f"{path}:{number}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column "
-            f"{e.start + 1}); convert the file to UTF-8, e.g. with iconv."
-        ) from None
-    if text.endswith("\n"):
-        text = text[:-2] if text.endswith("\r\n") else text[:-1]
-    return text
+    return [text for _, text in text_io.read_lines(path, strip=False)]
 
 
 def _metrics(tokenize, lowercase):
@@ -72,9 +44,8 @@ def _metrics(tokenize, lowercase):
         return BLEU(tokenize=tokenize, lowercase=lowercase), CHRF(lowercase=lowercase)
     except (ImportError, RuntimeError, OSError) as e:
         # ja-mecab/ko-mecab need extra packages; flores/spm download a model.
-        reason = next((line for line in str(e).splitlines() if line.strip()), "")
         raise UserError(
-            f"BLEU tokenizer {tokenize!r} is unavailable: {reason.strip()}"
+            f"BLEU tokenizer {tokenize!r} is unavailable: {first_line(e)}"
         ) from None
 
 

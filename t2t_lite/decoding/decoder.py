@@ -11,15 +11,15 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite.data.problems import EOS_ID
+from t2t_lite.constants import EOS_ID
 from t2t_lite.decoding.search import beam_search, greedy_search, length_penalty
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import HParams, HParamsError
+from t2t_lite.hparams import HParams
 
 
-def decode_hparams(overrides="", flag="--decode_hparams"):
-    """T2T's decode hparams with `overrides` ("beam_size=4,alpha=0.6") applied;
-    `flag` names the input in error messages."""
+def decode_hparams(overrides="", flag="decode_hparams"):
+    """T2T's decode hparams with `overrides` ("beam_size=4,alpha=0.6") applied and
+    range-checked; `flag` names the input in error messages (a CLI passes its flag)."""
     hp = HParams(
         beam_size=4,  # hypotheses kept per sentence; 1 is greedy search
         alpha=0.6,  # GNMT length penalty exponent; 0 ranks by log-probability
@@ -30,10 +30,7 @@ def decode_hparams(overrides="", flag="--decode_hparams"):
         max_input_length=0,  # longer inputs are truncated; 0: the model's max_length
         use_cache=True,  # cache keys/values; False recomputes the prefix (benchmarks)
     )
-    try:
-        hp.parse(overrides)
-    except HParamsError as e:
-        raise UserError(f"{flag}: {e}") from None
+    hp.parse(overrides, name=flag)
     if hp.max_input_length == 1:
         raise UserError(f"{flag}: max_input_length must be 0 or >= 2 (EOS takes one).")
     for key, minimum in (
@@ -60,10 +57,10 @@ class Decoder:
     """Greedy (beam_size 1) or beam search over a Transformer, batch by batch."""
 
     def __init__(
-        self, model, hp, max_input_length, eos_id=EOS_ID, flag="--decode_hparams"
+        self, model, hp, max_input_length, eos_id=EOS_ID, flag="decode_hparams"
     ):
         """hp: decode_hparams(); max_input_length: used when hp.max_input_length is 0;
-        flag: what to call hp in error messages."""
+        flag: what to call hp in error messages (as in decode_hparams)."""
         if 2 * hp.beam_size > model.vocab_size:
             raise UserError(
                 f"{flag}: beam_size {hp.beam_size} is too large for a "

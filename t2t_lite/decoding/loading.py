@@ -1,10 +1,10 @@
 """Loading a trained model for decoding: the run's hparams, problem, and checkpoint.
 
 A run directory records everything needed to rebuild its model (hparams.json, and
-run.json with the problem, model and vocabulary fingerprint), so `t2t-decoder
---output_dir=RUN` needs no --hparams_set/--hparams. When they are given anyway (T2T
-habit), they must agree with the run: a model rebuilt with other hparams would not
-match its checkpoint, or worse, would load and translate with the wrong settings.
+run.json with the problem, model and vocabulary fingerprint), so loading a run needs
+no hparams_set/hparams (`t2t-decoder --output_dir=RUN`). When they are given anyway
+(T2T habit), they must agree with the run: a model rebuilt with other hparams would
+not match its checkpoint, or worse, would load and translate with the wrong settings.
 """
 
 import json
@@ -12,18 +12,14 @@ import os
 import re
 
 import tensorflow as tf
-from absl import logging
 
 from t2t_lite import registry
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, first_line
 from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_checks import validate
-from t2t_lite.training.checkpoints import (
-    DAMAGE_ERRORS,
-    checkpoints_on_disk,
-    first_line,
-)
-from t2t_lite.training.run_dir import HPARAMS_FILE, RUN_FILE
+from t2t_lite.models.factory import build_model
+from t2t_lite.runs.checkpoints import checkpoints_on_disk, restore_newest_readable
+from t2t_lite.runs.run_dir import HPARAMS_FILE, RUN_FILE
 
 
 def _read_json(path, what):
@@ -34,7 +30,7 @@ def _read_json(path, what):
         raise UserError(f"{path} is unreadable ({e}).") from None
 
 
-# Hparams that shape the model's weights: a set given on the command line must agree
+# Hparams that shape the model's weights: a given hparams_set must agree
 # with the run on these. Others (batching, learning rate, dropout) do not matter when
 # decoding and may differ, e.g. after a resume that changed the learning rate.
 ARCHITECTURE_KEYS = (
@@ -50,24 +46,24 @@ ARCHITECTURE_KEYS = (
 
 
 def run_hparams(run_dir, hparams_set, overrides):
-    """The run's stored hparams (--hparams, if given, applied on top). A
-    --hparams_set given too must agree with the run on ARCHITECTURE_KEYS."""
+    """The run's stored hparams with `overrides` (the hparams argument) applied on
+    top, range-checked once. A hparams_set given too must agree with the run on
+    ARCHITECTURE_KEYS; without a stored hparams.json it is the only source."""
     path = os.path.join(run_dir, HPARAMS_FILE)
-    stored = None
-    if os.path.exists(path):
-        try:
-            stored = HParams.from_json(_read_json(path, "hparams"))
-        except HParamsError as e:
-            raise UserError(f"{path}: {e}") from None
-    if stored is None:
+    if not os.path.exists(path):
         if not hparams_set:
             raise UserError(
-                f"no {HPARAMS_FILE} in '{run_dir}': pass the --hparams_set (and "
-                "--hparams) the model was trained with."
+                f"no {HPARAMS_FILE} in '{run_dir}': give the hparams_set (and "
+                "hparams) the model was trained with."
             )
         return validate(registry.HPARAMS_SETS.get(hparams_set)().parse(overrides))
+    try:
+        stored = HParams.from_json(_read_json(path, "hparams"))
+    except HParamsError as e:
+        raise UserError(f"{path}: {e}") from None
+    hp = validate(stored.copy().parse(overrides))
     if hparams_set:
-        given = validate(registry.HPARAMS_SETS.get(hparams_set)().parse(overrides))
+        given = registry.HPARAMS_SETS.get(hparams_set)().parse(overrides)
         differing = [k for k in ARCHITECTURE_KEYS if k in given.diff(stored)]
         if differing:
             details = ", ".join(
@@ -76,30 +72,28 @@ def run_hparams(run_dir, hparams_set, overrides):
             )
             raise UserError(
                 f"the run in '{run_dir}' was trained with other hparams: {details}; "
-                "drop --hparams_set/--hparams to use the run's own."
+                "give no hparams_set/hparams to use the run's own."
             )
-    try:
-        return validate(stored.copy().parse(overrides))
-    except HParamsError as e:
-        raise UserError(f"--hparams: {e}") from None
+    return hp
 
 
 def run_identity(run_dir, problem, model):
-    """(problem, model, vocab_fingerprint or None) from run.json and the flags."""
+    """(problem, model, vocab_fingerprint or None) from run.json and the arguments
+    (either may be empty: the run's; both given: they must agree)."""
     path = os.path.join(run_dir, RUN_FILE)
     stored = _read_json(path, "run") if os.path.exists(path) else {}
     if not isinstance(stored, dict):
         raise UserError(f"{path} is not a JSON object; restore it from the run.")
     names = {}
-    for key, flag_value in (("problem", problem), ("model", model)):
+    for key, given in (("problem", problem), ("model", model)):
         value = stored.get(key)
-        if flag_value and value and flag_value != value:
+        if given and value and given != value:
             raise UserError(
-                f"the run in '{run_dir}' is {key} {value!r}, not --{key}={flag_value}."
+                f"the run in '{run_dir}' is {key} {value!r}, not {key}={given!r}."
             )
-        names[key] = flag_value or value
+        names[key] = given or value
         if not names[key]:
-            raise UserError(f"--{key} is required (no {RUN_FILE} in '{run_dir}').")
+            raise UserError(f"{key} is required (no {RUN_FILE} in '{run_dir}').")
     return names["problem"], names["model"], stored.get("vocab_fingerprint")
 
 
@@ -115,48 +109,48 @@ def restore_model(model, checkpoint_path, run_dir):
     )
     if not candidates:
         raise UserError(
-            f"no checkpoint in '{run_dir}': train first, or pass --checkpoint_path."
+            f"no checkpoint in '{run_dir}': train first, or give checkpoint_path."
+        )
+    if checkpoint_path and not tf.io.gfile.exists(checkpoint_path + ".index"):
+        raise UserError(
+            f"checkpoint_path '{checkpoint_path}': no checkpoint there "
+            f"({checkpoint_path}.index missing)."
         )
     checkpoint = tf.train.Checkpoint(model=model)
-    for path in candidates:
-        if not tf.io.gfile.exists(path + ".index"):
-            raise UserError(
-                f"--checkpoint_path '{path}': no checkpoint there "
-                f"({path}.index missing)."
-            )
-        try:
-            checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
-            return path
-        except DAMAGE_ERRORS as e:
-            if checkpoint_path:
-                raise UserError(
-                    f"checkpoint {path} is damaged: {first_line(e)}"
-                ) from None
-            logging.warning(
-                "Checkpoint %s is damaged (%s); trying the previous one.",
-                path,
-                first_line(e),
-            )
-        except AssertionError:  # weights of this model missing from the checkpoint
-            raise UserError(
-                f"cannot load checkpoint {path} into this model: it lacks some of the "
-                "model's weights (another model's checkpoint, or one written by "
-                "t2t_lite before every layer was saved under model/: resuming it once "
-                "with t2t-trainer writes a complete one)."
-            ) from None
-        except (tf.errors.OpError, ValueError) as e:
-            raise UserError(
-                f"cannot load checkpoint {path} into this model: {first_line(e)[:300]}"
-            ) from None
-    raise UserError(f"no readable checkpoint in '{run_dir}' (tried {len(candidates)}).")
+
+    def restore(path):
+        checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+
+    try:
+        return restore_newest_readable(restore, candidates, run_dir)
+    except AssertionError as e:  # weights of this model missing from the checkpoint
+        raise UserError(
+            f"cannot load checkpoint {e.path} into this model: it lacks some of the "
+            "model's weights (another model's checkpoint, or one written by "
+            "t2t_lite before every layer was saved under model/: resuming it once "
+            "with t2t-trainer writes a complete one)."
+        ) from None
+    except (tf.errors.OpError, ValueError) as e:
+        if isinstance(e, UserError):
+            raise
+        raise UserError(
+            f"cannot load checkpoint {e.path} into this model: {first_line(e)[:300]}"
+        ) from None
 
 
 def load_for_decoding(
-    *, output_dir, checkpoint_path, problem, model, hparams_set, hparams, data_dir
+    *,
+    output_dir="",
+    checkpoint_path="",
+    problem="",
+    model="",
+    hparams_set="",
+    hparams="",
+    data_dir="",
 ):
     """Returns (model, problem, hp, checkpoint path) ready to decode."""
     if not output_dir and not checkpoint_path:
-        raise UserError("give --output_dir (the run) or --checkpoint_path.")
+        raise UserError("give output_dir (the run) or checkpoint_path.")
     if checkpoint_path and os.path.isdir(checkpoint_path):  # a run dir: its newest
         output_dir, checkpoint_path = checkpoint_path, ""
     # RUN/model-2000.index or .data-00000-of-00001 name the checkpoint RUN/model-2000.
@@ -164,18 +158,18 @@ def load_for_decoding(
     run_dir = output_dir or os.path.dirname(checkpoint_path) or "."
     if not os.path.isdir(run_dir):
         state = "is not a directory" if os.path.exists(run_dir) else "does not exist"
-        raise UserError(f"--output_dir '{run_dir}' {state}.")
+        what = "output_dir" if output_dir else "the directory of checkpoint_path"
+        raise UserError(f"{what} '{run_dir}' {state}.")
     hp = run_hparams(run_dir, hparams_set, hparams)
     problem_name, model_name, fingerprint = run_identity(run_dir, problem, model)
     the_problem = registry.PROBLEMS.get(problem_name)()
     the_problem.load(data_dir or None)
     if fingerprint and fingerprint != the_problem.vocab_fingerprint():
         raise UserError(
-            f"the vocabulary in --data_dir '{data_dir}' is not the one the run in "
-            f"'{run_dir}' was trained with; pass the run's --data_dir."
+            f"the vocabulary in data_dir '{data_dir}' is not the one the run in "
+            f"'{run_dir}' was trained with; give the run's data_dir."
         )
-    the_model = registry.MODELS.get(model_name).from_hparams(hp, the_problem.vocab_size)
-    dummy = {"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)}
-    the_model(dummy, training=False)  # create the variables
+    model_class = registry.MODELS.get(model_name)
+    the_model = build_model(model_class, hp, the_problem.vocab_size)
     path = restore_model(the_model, checkpoint_path, run_dir)
     return the_model, the_problem, hp, path

@@ -22,9 +22,7 @@ chosen (fairseq).
 
 import tensorflow as tf
 
-PAD_ID = 0
-EOS_ID = 1
-NEG_INF = -1e9  # Score of an impossible hypothesis.
+from t2t_lite.constants import EOS_ID, NEG_INF, PAD_ID
 
 
 def length_penalty(length, alpha):

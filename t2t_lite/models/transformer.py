@@ -1,28 +1,84 @@
 """T2T's Transformer encoder-decoder as Keras 3 layers on TensorFlow ops.
 
-Only `Transformer.from_hparams` reads hparams. Ids: 0 is padding, 1 is EOS. Padding
-never leaks: a sequence gives the same outputs alone or batched with longer ones.
+Only `Transformer.from_hparams` reads hparams; it builds the one `TransformerConfig`
+every layer takes. Ids: 0 is padding, 1 is EOS. Padding never leaks: a sequence gives
+the same outputs alone or batched with longer ones.
 """
 
+import dataclasses
 import math
 
 import keras
 import tensorflow as tf
 
-NEG_INF = -1e9  # T2T's large negative attention bias for masked positions.
+from t2t_lite.constants import NEG_INF, PAD_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Every size and rate of a Transformer (Flax's examples do the same).
+
+    `Transformer.from_hparams` builds it; layers take it whole and read what they need.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    filter_size: int
+    num_encoder_layers: int
+    num_decoder_layers: int
+    num_heads: int
+    layer_prepostprocess_dropout: float
+    attention_dropout: float
+    relu_dropout: float
+    shared_embedding_and_softmax_weights: bool
+    norm_epsilon: float = 1e-6
+    initializer_gain: float = 1.0
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_heads ({self.num_heads})"
+            )
+
+
+def _as_config(config):
+    """A TransformerConfig, or the dict `get_config` made of one -> TransformerConfig."""
+    if isinstance(config, TransformerConfig):
+        return config
+    return TransformerConfig(**config)
 
 
 def _dropout(x, rate, training, seed_generator):
     """Dropout, an exact no-op unless training with rate > 0.
 
     Masks come from the layer's keras.random.SeedGenerator: seeded by
-    keras.utils.set_random_seed, and its state is checkpointed (see
-    `Transformer.rng_state`), so a resumed run draws the masks an uninterrupted run
-    would have drawn.
+    keras.utils.set_random_seed, and its state is checkpointed (one of the model's
+    non_trainable_variables), so a resumed run draws the masks an uninterrupted run
+    would have drawn. Under tf.distribute every replica advances the same generator
+    state, so the replica id is folded into the seed: replicas draw different masks
+    (replica 0 draws the masks a single-device run draws).
     """
     if not training or not rate:
         return x
-    return keras.random.dropout(x, rate=rate, seed=seed_generator)
+    seed = seed_generator.next()  # [2] int64
+    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # as Keras
+    replica = _replica_id()
+    if replica is not None:
+        seed = tf.random.experimental.stateless_fold_in(seed, replica)
+    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+
+
+def _replica_id():
+    """This replica's id in its sync group when it can be non-zero, else None."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    replica = context.replica_id_in_sync_group
+    static = tf.get_static_value(replica)
+    if static is not None and static == 0:
+        return None
+    return tf.cast(replica, tf.int32)
 
 
 def _uniform_unit_scaling(gain):
@@ -52,7 +108,7 @@ def get_timing_signal_1d(
 
 def attention_bias_ignore_padding(ids):
     """-1e9 on padding keys (id 0). [batch, 1, 1, length]."""
-    padding = tf.cast(tf.equal(ids, 0), tf.float32)  # [batch, length]
+    padding = tf.cast(tf.equal(ids, PAD_ID), tf.float32)  # [batch, length]
     return (padding * NEG_INF)[:, None, None, :]
 
 
@@ -106,7 +162,7 @@ class EmbeddingSharedWeights(keras.layers.Layer):
         ids = tf.cast(ids, tf.int32)  # [batch, length]
         x = tf.gather(self.weights_matrix, ids)  # [batch, length, hidden]
         x *= self.hidden_size**0.5
-        return x * tf.cast(tf.not_equal(ids, 0), x.dtype)[:, :, None]
+        return x * tf.cast(tf.not_equal(ids, PAD_ID), x.dtype)[:, :, None]
 
     def _linear(self, x):
         """x [..., hidden] -> logits [..., vocab]."""
@@ -123,332 +179,223 @@ class EmbeddingSharedWeights(keras.layers.Layer):
 class MultiHeadAttention(keras.layers.Layer):
     """T2T dot-product multi-head attention; q/k/v/output projections without bias."""
 
-    def __init__(
-        self, hidden_size, num_heads, attention_dropout, initializer_gain=1.0, **kwargs
-    ):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
+        self.config = config = _as_config(config)
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
-        if hidden_size % num_heads:
-            raise ValueError(
-                f"hidden_size ({hidden_size}) must be divisible by "
-                f"num_heads ({num_heads})"
-            )
-        self.hidden_size = hidden_size
-        self.num_heads = num_heads
-        self.attention_dropout = attention_dropout
-        self.initializer_gain = initializer_gain
-        init = _uniform_unit_scaling(initializer_gain)
+        self.num_heads = config.num_heads
+        self.depth = config.hidden_size // config.num_heads
+        init = _uniform_unit_scaling(config.initializer_gain)
 
         def dense(name):
             return keras.layers.Dense(
-                hidden_size, use_bias=False, kernel_initializer=init, name=name
+                config.hidden_size, use_bias=False, kernel_initializer=init, name=name
             )
 
         self.q_dense, self.k_dense = dense("q"), dense("k")
         self.v_dense, self.output_dense = dense("v"), dense("output_transform")
 
     def _split_heads(self, x):
-        """[batch, length, hidden] -> [batch, heads, length, hidden/heads]."""
-        depth = self.hidden_size // self.num_heads
-        x = tf.reshape(x, [tf.shape(x)[0], tf.shape(x)[1], self.num_heads, depth])
+        """[batch, length, hidden] -> [batch, heads, length, depth]."""
+        x = tf.reshape(x, [tf.shape(x)[0], tf.shape(x)[1], self.num_heads, self.depth])
         return tf.transpose(x, [0, 2, 1, 3])
 
     def _combine_heads(self, x):
-        """[batch, heads, length, hidden/heads] -> [batch, length, hidden]."""
+        """[batch, heads, length, depth] -> [batch, length, hidden]."""
         x = tf.transpose(x, [0, 2, 1, 3])
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
-        return tf.reshape(x, [batch, length, self.hidden_size])
+        return tf.reshape(x, [batch, length, self.config.hidden_size])
 
     def keys_values(self, memory):
-        """memory [batch, k_len, hidden] -> (keys, values), each
-        [batch, heads, k_len, depth]. Decoding caches these (see DecoderLayer)."""
-        return (
-            self._split_heads(self.k_dense(memory)),
-            self._split_heads(self.v_dense(memory)),
-        )
+        """memory [batch, m_len, hidden] -> {"k", "v"} [batch, heads, m_len, depth]."""
+        return {
+            "k": self._split_heads(self.k_dense(memory)),
+            "v": self._split_heads(self.v_dense(memory)),
+        }
 
-    def call(self, query, memory, bias, training=False):
-        """query [batch, q_len, hidden], memory [batch, k_len, hidden],
-        bias broadcastable to [batch, heads, q_len, k_len]."""
-        keys, values = self.keys_values(memory)
-        return self.attend(query, keys, values, bias, training=training)
+    def call(self, query, memory, bias, training=False, cache=None):
+        """query [batch, q_len, hidden] attends over memory [batch, m_len, hidden];
+        bias broadcasts to [batch, heads, q_len, k_len].
 
-    def attend(self, query, keys, values, bias, training=False):
-        """Attention of query [batch, q_len, hidden] over already projected keys and
-        values [batch, heads, k_len, depth] -> [batch, q_len, hidden]."""
+        cache (incremental decoding): {"k", "v"} [batch, heads, t, depth] of t earlier
+        memory positions; memory's are appended to them, or with memory None the
+        cache is all the memory. Returns (output [batch, q_len, hidden], the
+        {"k", "v"} attended over: the next step's cache).
+        """
+        if memory is None:  # encoder-decoder attention over the cached encoder
+            kv = cache
+        else:
+            kv = self.keys_values(memory)  # [batch, heads, m_len, depth] each
+            if cache is not None:  # self-attention: new positions after cached ones
+                kv = {key: tf.concat([cache[key], kv[key]], axis=2) for key in kv}
         q = self._split_heads(self.q_dense(query))  # [batch, heads, q_len, depth]
-        k, v = keys, values
-        q *= (self.hidden_size // self.num_heads) ** -0.5
-        logits = tf.matmul(q, k, transpose_b=True)  # [batch, heads, q_len, k_len]
+        q *= self.depth**-0.5
+        logits = tf.matmul(q, kv["k"], transpose_b=True)  # [.., q_len, k_len]
         weights = tf.nn.softmax(logits + bias)
-        weights = _dropout(
-            weights, self.attention_dropout, training, self.seed_generator
-        )
-        out = tf.matmul(weights, v)  # [batch, heads, q_len, depth]
-        return self.output_dense(self._combine_heads(out))  # [batch, q_len, hidden]
+        rate = self.config.attention_dropout
+        weights = _dropout(weights, rate, training, self.seed_generator)
+        out = tf.matmul(weights, kv["v"])  # [batch, heads, q_len, depth]
+        return self.output_dense(self._combine_heads(out)), kv
 
     def get_config(self):
-        names = ("hidden_size", "num_heads", "attention_dropout", "initializer_gain")
-        return {**super().get_config(), **{n: getattr(self, n) for n in names}}
+        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
 
 
 class FeedForward(keras.layers.Layer):
     """T2T dense_relu_dense: dense(filter, relu) -> relu dropout -> dense(hidden)."""
 
-    def __init__(
-        self, hidden_size, filter_size, relu_dropout, initializer_gain=1.0, **kwargs
-    ):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
+        self.config = config = _as_config(config)
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
-        self.hidden_size = hidden_size
-        self.filter_size = filter_size
-        self.relu_dropout = relu_dropout
-        self.initializer_gain = initializer_gain
-        init = _uniform_unit_scaling(initializer_gain)
+        init = _uniform_unit_scaling(config.initializer_gain)
         self.filter_dense = keras.layers.Dense(
-            filter_size, activation="relu", kernel_initializer=init, name="conv1"
+            config.filter_size, activation="relu", kernel_initializer=init, name="conv1"
         )
         self.output_dense = keras.layers.Dense(
-            hidden_size, kernel_initializer=init, name="conv2"
+            config.hidden_size, kernel_initializer=init, name="conv2"
         )
 
     def call(self, x, training=False):
         h = self.filter_dense(x)  # [batch, length, filter]
-        h = _dropout(h, self.relu_dropout, training, self.seed_generator)
+        h = _dropout(h, self.config.relu_dropout, training, self.seed_generator)
         return self.output_dense(h)  # [batch, length, hidden]
 
     def get_config(self):
-        names = ("hidden_size", "filter_size", "relu_dropout", "initializer_gain")
-        return {**super().get_config(), **{n: getattr(self, n) for n in names}}
+        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
 
 
-class _TransformerLayerBase(keras.layers.Layer):
-    """Shared arguments, config, feed-forward and residual of encoder/decoder layers."""
+def _layer_norm(config, name):
+    return keras.layers.LayerNormalization(epsilon=config.norm_epsilon, name=name)
 
-    def __init__(
-        self,
-        hidden_size,
-        filter_size,
-        num_heads,
-        layer_prepostprocess_dropout,
-        attention_dropout,
-        relu_dropout,
-        norm_epsilon=1e-6,
-        initializer_gain=1.0,
-        **kwargs,
-    ):
+
+class _TransformerLayer(keras.layers.Layer):
+    """What encoder and decoder layers share: the feed-forward sublayer and the
+    residual. Attribute order is variable order, which checkpoints depend on."""
+
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
+        self.config = config = _as_config(config)
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
-        self.hidden_size = hidden_size
-        self.filter_size = filter_size
-        self.num_heads = num_heads
-        self.layer_prepostprocess_dropout = layer_prepostprocess_dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.norm_epsilon = norm_epsilon
-        self.initializer_gain = initializer_gain
-        self.ffn = FeedForward(
-            hidden_size, filter_size, relu_dropout, initializer_gain, name="ffn"
-        )
-        self.ffn_norm = self._norm("ffn_norm")
-
-    def _attention(self, name):
-        return MultiHeadAttention(
-            self.hidden_size,
-            self.num_heads,
-            self.attention_dropout,
-            self.initializer_gain,
-            name=name,
-        )
-
-    def _norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name=name)
+        self.ffn = FeedForward(config, name="ffn")
+        self.ffn_norm = _layer_norm(config, "ffn_norm")
 
     def _residual(self, x, y, training):
         """Postprocess "da": dropout then residual add."""
-        return x + _dropout(
-            y, self.layer_prepostprocess_dropout, training, self.seed_generator
-        )
+        rate = self.config.layer_prepostprocess_dropout
+        return x + _dropout(y, rate, training, self.seed_generator)
 
     def get_config(self):
-        names = (
-            "hidden_size",
-            "filter_size",
-            "num_heads",
-            "layer_prepostprocess_dropout",
-            "attention_dropout",
-            "relu_dropout",
-            "norm_epsilon",
-            "initializer_gain",
-        )
-        return {**super().get_config(), **{n: getattr(self, n) for n in names}}
+        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
 
 
-class EncoderLayer(_TransformerLayerBase):
+class EncoderLayer(_TransformerLayer):
     """Self-attention then feed-forward, each `x + dropout(f(layer_norm(x)))`."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.self_attention = self._attention("self_attention")
-        self.self_attention_norm = self._norm("self_attention_norm")
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        self.self_attention = MultiHeadAttention(self.config, name="self_attention")
+        self.self_attention_norm = _layer_norm(self.config, "self_attention_norm")
 
     def call(self, x, bias, training=False):
         """x [batch, length, hidden]; bias [batch, 1, 1, length]."""
         y = self.self_attention_norm(x)
-        x = self._residual(
-            x, self.self_attention(y, y, bias, training=training), training
-        )
+        y, _ = self.self_attention(y, y, bias, training=training)
+        x = self._residual(x, y, training)
         y = self.ffn(self.ffn_norm(x), training=training)
         return self._residual(x, y, training)  # [batch, length, hidden]
 
 
-class DecoderLayer(_TransformerLayerBase):
+class DecoderLayer(_TransformerLayer):
     """Causal self-attention, encoder-decoder attention, feed-forward; each
-    `x + dropout(f(layer_norm(x)))`."""
+    `x + dropout(f(layer_norm(x)))`. One code path with and without a cache."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.self_attention = self._attention("self_attention")
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.encdec_attention = self._attention("encdec_attention")
-        self.encdec_attention_norm = self._norm("encdec_attention_norm")
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        self.self_attention = MultiHeadAttention(self.config, name="self_attention")
+        self.self_attention_norm = _layer_norm(self.config, "self_attention_norm")
+        self.encdec_attention = MultiHeadAttention(self.config, name="encdec_attention")
+        self.encdec_attention_norm = _layer_norm(self.config, "encdec_attention_norm")
 
-    def call(self, x, encoder_output, self_bias, encoder_decoder_bias, training=False):
-        """x [batch, tgt_len, hidden]; encoder_output [batch, src_len, hidden];
-        self_bias [1, tgt_len, tgt_len];
-        encoder_decoder_bias [batch, 1, 1, src_len]."""
+    def call(
+        self, x, encoder_output, self_bias, encdec_bias, training=False, cache=None
+    ):
+        """x [batch, new, hidden]: the decoder positions to compute;
+        encoder_output [batch, src_len, hidden]; encdec_bias [batch, 1, 1, src_len];
+        self_bias [1, new, t + new] (causal; t = 0 without a cache).
+
+        cache None: x is the whole decoder input. cache {"self", "encdec"} (each
+        {"k", "v"} [batch, heads, length, depth]): keys/values of the t positions
+        before x and of the encoder output, which then need not be given (None).
+        Returns (output [batch, new, hidden], cache including x's positions).
+        """
+        cache = cache or {"self": None, "encdec": None}
         y = self.self_attention_norm(x)
-        x = self._residual(
-            x, self.self_attention(y, y, self_bias, training=training), training
+        y, self_kv = self.self_attention(
+            y, memory=y, bias=self_bias, training=training, cache=cache["self"]
         )
-        y = self.encdec_attention(
+        x = self._residual(x, y, training)
+        memory = encoder_output if cache["encdec"] is None else None
+        y, encdec_kv = self.encdec_attention(
             self.encdec_attention_norm(x),
-            encoder_output,
-            encoder_decoder_bias,
+            memory=memory,
+            bias=encdec_bias,
             training=training,
+            cache=cache["encdec"],
         )
         x = self._residual(x, y, training)
         y = self.ffn(self.ffn_norm(x), training=training)
-        return self._residual(x, y, training)  # [batch, tgt_len, hidden]
-
-    def empty_self_cache(self, batch_size):
-        """Self-attention keys/values of no position yet: {"k", "v"}
-        [batch, heads, 0, depth]; each decode_step appends one position."""
-        depth = self.hidden_size // self.num_heads
-        empty = tf.zeros([batch_size, self.num_heads, 0, depth])
-        return {"k": empty, "v": empty}
-
-    def decode_step(self, x, self_cache, encdec_cache, encdec_bias):
-        """`call` for the next position only, reusing cached keys/values.
-
-        x [batch, 1, hidden]; self_cache {"k", "v"} [batch, heads, t, depth] holds the
-        t positions before this one (all of them visible: no causal mask needed);
-        encdec_cache (keys, values) of the encoder output.
-        Returns (output [batch, 1, hidden], self_cache grown to t + 1 positions).
-        """
-        y = self.self_attention_norm(x)
-        new_k, new_v = self.self_attention.keys_values(y)  # [batch, heads, 1, depth]
-        self_cache = {
-            "k": tf.concat([self_cache["k"], new_k], axis=2),
-            "v": tf.concat([self_cache["v"], new_v], axis=2),
-        }
-        y = self.self_attention.attend(y, self_cache["k"], self_cache["v"], 0.0)
-        x += y
-        y = self.encdec_attention.attend(
-            self.encdec_attention_norm(x), *encdec_cache, encdec_bias
-        )
-        x += y
-        x += self.ffn(self.ffn_norm(x))
-        return x, self_cache  # [batch, 1, hidden]
+        x = self._residual(x, y, training)  # [batch, new, hidden]
+        return x, {"self": self_kv, "encdec": encdec_kv}
 
 
 class Transformer(keras.Model):
     """T2T Transformer: features {"inputs", "targets"} (int ids) -> logits.
 
-    call() returns float32 logits [batch, tgt_len, vocab]. `encode` and `decode` are
-    public so decoding (greedy, beam search) can reuse them.
+    call() returns float32 logits [batch, tgt_len, vocab]. `encode`, `decode` and the
+    cached `decode_step` are public so decoding (greedy, beam search) can reuse them.
     """
 
-    def __init__(
-        self,
-        vocab_size,
-        hidden_size,
-        filter_size,
-        num_encoder_layers,
-        num_decoder_layers,
-        num_heads,
-        layer_prepostprocess_dropout,
-        attention_dropout,
-        relu_dropout,
-        shared_embedding_and_softmax_weights,
-        norm_epsilon=1e-6,
-        initializer_gain=1.0,
-        **kwargs,
-    ):
+    def __init__(self, config, **kwargs):
+        """config: a TransformerConfig (or its `dataclasses.asdict`)."""
         super().__init__(**kwargs)
+        self.config = config = _as_config(config)
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.filter_size = filter_size
-        self.num_encoder_layers = num_encoder_layers
-        self.num_decoder_layers = num_decoder_layers
-        self.num_heads = num_heads
-        self.layer_prepostprocess_dropout = layer_prepostprocess_dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.shared_embedding_and_softmax_weights = bool(
-            shared_embedding_and_softmax_weights
-        )
-        self.norm_epsilon = norm_epsilon
-        self.initializer_gain = initializer_gain
-        self._build_sublayers()
 
-    def _build_sublayers(self):
         def embedding(name):
-            return EmbeddingSharedWeights(self.vocab_size, self.hidden_size, name=name)
+            return EmbeddingSharedWeights(
+                config.vocab_size, config.hidden_size, name=name
+            )
 
-        if self.shared_embedding_and_softmax_weights:
+        if config.shared_embedding_and_softmax_weights:
             shared = embedding("shared_embedding")
             self.source_embedding = self.target_embedding = self.softmax = shared
         else:
             self.source_embedding = embedding("source_embedding")
             self.target_embedding = embedding("target_embedding")
             self.softmax = embedding("softmax")
-        args = (
-            self.hidden_size,
-            self.filter_size,
-            self.num_heads,
-            self.layer_prepostprocess_dropout,
-            self.attention_dropout,
-            self.relu_dropout,
-            self.norm_epsilon,
-            self.initializer_gain,
-        )
         self.encoder_layers = [
-            EncoderLayer(*args, name=f"encoder_layer_{i}")
-            for i in range(self.num_encoder_layers)
+            EncoderLayer(config, name=f"encoder_layer_{i}")
+            for i in range(config.num_encoder_layers)
         ]
         self.decoder_layers = [
-            DecoderLayer(*args, name=f"decoder_layer_{i}")
-            for i in range(self.num_decoder_layers)
+            DecoderLayer(config, name=f"decoder_layer_{i}")
+            for i in range(config.num_decoder_layers)
         ]
         # tf.train.Checkpoint does not see layers inside a Keras 3 list attribute: a
         # model-only checkpoint would hold the embeddings and final norms, and
         # tf.train.Checkpoint(model=...) would restore those alone, silently. One
         # attribute per layer puts every weight under model/ in the checkpoint.
+        # (Attribute names are checkpoint keys; their order is the variables' order.)
         for layer in self.encoder_layers + self.decoder_layers:
             setattr(self, layer.name, layer)
-        self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.norm_epsilon, name="encoder_norm"
-        )
-        self.decoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.norm_epsilon, name="decoder_norm"
-        )
+        self.encoder_norm = _layer_norm(config, "encoder_norm")
+        self.decoder_norm = _layer_norm(config, "decoder_norm")
 
     @classmethod
     def from_hparams(cls, hp, vocab_size, **kwargs):
         """The only place hparams are read. num_*_layers 0 means num_hidden_layers."""
-        return cls(
+        config = TransformerConfig(
             vocab_size=vocab_size,
             hidden_size=hp.hidden_size,
             filter_size=hp.filter_size,
@@ -463,15 +410,20 @@ class Transformer(keras.Model):
             ),
             norm_epsilon=hp.norm_epsilon,
             initializer_gain=hp.initializer_gain,
-            **kwargs,
         )
+        return cls(config, **kwargs)
 
-    def _add_timing_and_dropout(self, x, training):
-        """x [batch, length, hidden] (already scaled): + sinusoid, then dropout."""
-        x += get_timing_signal_1d(tf.shape(x)[1], self.hidden_size)
-        return _dropout(
-            x, self.layer_prepostprocess_dropout, training, self.seed_generator
-        )
+    @property
+    def vocab_size(self):
+        return self.config.vocab_size
+
+    def _add_timing_and_dropout(self, x, training, start_index=0):
+        """x [batch, length, hidden] (already scaled) at positions start_index..:
+        + sinusoid, then dropout."""
+        hidden = self.config.hidden_size
+        x += get_timing_signal_1d(tf.shape(x)[1], hidden, start_index=start_index)
+        rate = self.config.layer_prepostprocess_dropout
+        return _dropout(x, rate, training, self.seed_generator)
 
     def encode(self, inputs, training=False):
         """inputs int [batch, src_len] -> (encoder_output [batch, src_len, hidden],
@@ -484,6 +436,28 @@ class Transformer(keras.Model):
             x = layer(x, bias, training=training)
         return self.encoder_norm(x), bias
 
+    def _decode(
+        self, ids, start, encoder_output, self_bias, encdec_bias, training, caches
+    ):
+        """The decoder, cached or not: ids int [batch, new] at positions start.. ->
+        (float32 logits [batch, new, vocab], per layer its cache including them)."""
+        x = self.target_embedding(ids)  # [batch, new, hidden]
+        x = self._add_timing_and_dropout(x, training, start_index=start)
+        new_caches = []
+        for layer, cache in zip(self.decoder_layers, caches):
+            x, cache = layer(
+                x,
+                encoder_output=encoder_output,
+                self_bias=self_bias,
+                encdec_bias=encdec_bias,
+                training=training,
+                cache=cache,
+            )
+            new_caches.append(cache)
+        x = self.decoder_norm(x)  # [batch, new, hidden]
+        logits = self.softmax(x, mode="linear")  # [batch, new, vocab]
+        return tf.cast(logits, tf.float32), new_caches
+
     def decode(
         self, decoder_input_ids, encoder_output, encoder_decoder_bias, training=False
     ):
@@ -492,20 +466,16 @@ class Transformer(keras.Model):
         Logits at position i predict target i from decoder inputs 0..i."""
         ids = tf.cast(decoder_input_ids, tf.int32)
         self_bias = attention_bias_lower_triangle(tf.shape(ids)[1])  # [1, t, t]
-        x = self.target_embedding(ids)  # [batch, tgt_len, hidden]
-        x = self._add_timing_and_dropout(x, training)
-        for layer in self.decoder_layers:
-            x = layer(
-                x, encoder_output, self_bias, encoder_decoder_bias, training=training
-            )
-        x = self.decoder_norm(x)  # [batch, tgt_len, hidden]
-        logits = self.softmax(x, mode="linear")  # [batch, tgt_len, vocab]
-        return tf.cast(logits, tf.float32)
+        no_cache = [None] * len(self.decoder_layers)
+        logits, _ = self._decode(
+            ids, 0, encoder_output, self_bias, encoder_decoder_bias, training, no_cache
+        )
+        return logits
 
     # --- incremental decoding (decoding/search.py drives these) ---------------------
 
     def encoder_decoder_cache(self, encoder_output):
-        """Per decoder layer, the (keys, values) of the encoder output
+        """Per decoder layer, the {"k", "v"} of the encoder output
         [batch, heads, src_len, depth]: computed once per sentence, not per step."""
         return [
             layer.encdec_attention.keys_values(encoder_output)
@@ -513,28 +483,28 @@ class Transformer(keras.Model):
         ]
 
     def empty_self_cache(self, batch_size):
-        """Per decoder layer, self-attention keys/values of no position yet."""
-        return [layer.empty_self_cache(batch_size) for layer in self.decoder_layers]
+        """Per decoder layer, self-attention keys/values of no position yet: {"k", "v"}
+        [batch, heads, 0, depth]; each decode_step appends one position."""
+        heads = self.config.num_heads
+        empty = tf.zeros([batch_size, heads, 0, self.config.hidden_size // heads])
+        return [{"k": empty, "v": empty} for _ in self.decoder_layers]
 
     def decode_step(self, ids, index, self_cache, encdec_cache, encoder_decoder_bias):
-        """Logits for position `index` only, from cached keys/values.
+        """`decode` for position `index` only, from cached keys/values.
 
         ids int [batch]: the decoder input at `index` (0 at index 0, then the previous
         output); self_cache from `empty_self_cache` or the previous step (holding
         positions 0..index-1); encdec_cache from `encoder_decoder_cache`. Gives the
-        logits `decode` gives at `index` (to float tolerance) without recomputing
-        positions < index. Returns (float32 logits [batch, vocab], self_cache grown
-        by one position).
+        logits `decode` gives at `index` without recomputing positions < index.
+        Returns (float32 logits [batch, vocab], self_cache grown by one position).
         """
-        x = self.target_embedding(tf.cast(ids, tf.int32)[:, None])  # [batch, 1, hidden]
-        x += get_timing_signal_1d(1, self.hidden_size, start_index=index)
-        new_cache = []
-        for layer, cache, encdec in zip(self.decoder_layers, self_cache, encdec_cache):
-            x, cache = layer.decode_step(x, cache, encdec, encoder_decoder_bias)
-            new_cache.append(cache)
-        x = self.decoder_norm(x)
-        logits = self.softmax(x, mode="linear")[:, 0, :]  # [batch, vocab]
-        return tf.cast(logits, tf.float32), new_cache
+        ids = tf.cast(ids, tf.int32)[:, None]  # [batch, 1]
+        caches = [{"self": s, "encdec": e} for s, e in zip(self_cache, encdec_cache)]
+        # The one new position sees every cached one and itself: no causal bias.
+        logits, caches = self._decode(
+            ids, index, None, 0.0, encoder_decoder_bias, False, caches
+        )
+        return logits[:, 0, :], [cache["self"] for cache in caches]
 
     def call(self, features, training=False):
         """features {"inputs": [batch, src_len], "targets": [batch, tgt_len]} int ids
@@ -544,72 +514,4 @@ class Transformer(keras.Model):
         return self.decode(decoder_input_ids, encoder_output, bias, training=training)
 
     def get_config(self):
-        names = (
-            "vocab_size",
-            "hidden_size",
-            "filter_size",
-            "num_encoder_layers",
-            "num_decoder_layers",
-            "num_heads",
-            "layer_prepostprocess_dropout",
-            "attention_dropout",
-            "relu_dropout",
-            "shared_embedding_and_softmax_weights",
-            "norm_epsilon",
-            "initializer_gain",
-        )
-        return {**super().get_config(), **{n: getattr(self, n) for n in names}}
-
-
-def _nonpad_weights(targets):
-    """1.0 on real target tokens, 0.0 on padding (id 0). [batch, length]."""
-    return tf.cast(tf.not_equal(targets, 0), tf.float32)
-
-
-def token_loss(logits, targets, label_smoothing):
-    """T2T label-smoothed cross entropy, summed over non-pad tokens.
-
-    logits [batch, length, vocab]; targets int [batch, length]. The true id gets
-    1 - label_smoothing, the other vocab-1 ids share label_smoothing; the minimum
-    (entropy of that distribution) is subtracted so the best prediction scores 0.
-    Returns (loss_sum, num_tokens), float32 scalars, NOT normalized.
-    """
-    logits = tf.cast(logits, tf.float32)
-    targets = tf.cast(targets, tf.int32)
-    vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-    vocab_f = tf.cast(vocab_size, tf.float32)
-    confidence = 1.0 - label_smoothing
-    low_confidence = (1.0 - confidence) / (vocab_f - 1.0)
-    normalizing = -(
-        confidence * tf.math.log(confidence)
-        + (vocab_f - 1.0) * low_confidence * tf.math.log(low_confidence + 1e-20)
-    )
-    soft_targets = tf.one_hot(
-        targets, depth=vocab_size, on_value=confidence, off_value=low_confidence
-    )  # [batch, length, vocab]
-    xent = tf.nn.softmax_cross_entropy_with_logits(labels=soft_targets, logits=logits)
-    weights = _nonpad_weights(targets)  # [batch, length]
-    loss_sum = tf.reduce_sum((xent - normalizing) * weights)
-    return loss_sum, tf.reduce_sum(weights)
-
-
-def token_accuracy(logits, targets):
-    """Padding-aware accuracy counts, float32 scalars:
-    (num_correct_tokens, num_tokens, num_correct_sequences, num_sequences).
-
-    A sequence is correct when all its non-pad tokens are (T2T's
-    padded_sequence_accuracy); sequences made only of padding are not counted.
-    """
-    targets = tf.cast(targets, tf.int32)
-    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [batch, length]
-    weights = _nonpad_weights(targets)
-    correct = tf.cast(tf.equal(predictions, targets), tf.float32) * weights
-    wrong_per_sequence = tf.reduce_sum(weights - correct, axis=-1)  # [batch]
-    nonempty = tf.cast(tf.reduce_sum(weights, axis=-1) > 0, tf.float32)  # [batch]
-    correct_sequences = tf.cast(tf.equal(wrong_per_sequence, 0), tf.float32) * nonempty
-    return (
-        tf.reduce_sum(correct),
-        tf.reduce_sum(weights),
-        tf.reduce_sum(correct_sequences),
-        tf.reduce_sum(nonempty),
-    )
+        return {**super().get_config(), "config": dataclasses.asdict(self.config)}

@@ -5,7 +5,7 @@ import tensorflow as tf
 from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder
 from t2t_lite.errors import UserError
-from t2t_lite.models.transformer import token_accuracy, token_loss
+from t2t_lite.models.losses import token_accuracy, token_loss
 
 _BATCH_SIGNATURE = (
     {
@@ -69,7 +69,7 @@ class BleuEvaluator:
         self.model = model
         self.problem = problem
         self.decoder = Decoder(
-            model, decode_hp, max_input_length, flag="--eval_decode_hparams"
+            model, decode_hp, max_input_length, flag="eval_decode_hparams"
         )
         # Read now: a missing dev text file fails at start-up, not hours later.
         sources, references = problem.dev_text()

@@ -13,23 +13,38 @@ class ThroughputMeter:
 
     def __init__(self, start_step, total_steps):
         self.step, self.total = start_step, total_steps
-        self._outputs = []
-        self.since = time.perf_counter()
+        self._outputs, self._windows = [], []
+        self.since = self._window_start = self._window_end = time.perf_counter()
 
     def add(self, out):
         self._outputs.append(out)
+        if "window_tokens" in out:  # an update: totals over all replicas and workers
+            self._windows.append(out)
+            self._window_end = time.perf_counter()
 
     def take(self):
-        elapsed = max(time.perf_counter() - self.since, 1e-9)
+        """(loss per token, tokens/s, ETA in seconds) since the last take.
+
+        Loss and tokens/s cover the accumulation windows closed since then, summed
+        over all replicas of all workers (the update's all-reduced totals); with no
+        window closed yet, this worker's micro-batches (one tensor per replica)."""
+        now = time.perf_counter()
+        elapsed = max(now - self.since, 1e-9)
         steps = len(self._outputs)
-        # Each output holds one tensor per local replica.
-        loss_sum = sum(float(x) for o in self._outputs for x in o["loss_sum"])
-        tokens = sum(float(x) for o in self._outputs for x in o["tokens"])
+        if self._windows:
+            loss_sum = sum(float(o["window_loss_sum"][0]) for o in self._windows)
+            tokens = sum(float(o["window_tokens"][0]) for o in self._windows)
+            seconds = max(self._window_end - self._window_start, 1e-9)
+            self._window_start = self._window_end
+        else:
+            loss_sum = sum(float(x) for o in self._outputs for x in o["loss_sum"])
+            tokens = sum(float(x) for o in self._outputs for x in o["tokens"])
+            seconds = elapsed
         self.step += steps
         eta = (self.total - self.step) * elapsed / max(steps, 1)
-        self._outputs = []
-        self.since = time.perf_counter()
-        return loss_sum / max(tokens, 1.0), tokens / elapsed, eta
+        self._outputs, self._windows = [], []
+        self.since = now
+        return loss_sum / max(tokens, 1.0), tokens / seconds, eta
 
 
 def format_seconds(seconds):

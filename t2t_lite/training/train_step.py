@@ -17,14 +17,17 @@ the learning-rate schedule and Adam's bias correction both count updates.
 
 Distribution: the bodies run under `strategy.run`, accumulators are ON_READ
 (replica-local) variables, and the update does one all-reduce of gradients + token
-count + loss, after which the optimizer applies without reducing again. Tested with
-MirroredStrategy over two logical CPUs. Loss scaling for mixed precision belongs in
-`_gradients` (scale the loss) and `_update` (unscale once, on the summed gradient).
+count + loss, after which the optimizer applies without reducing again. The same
+all-reduce carries each worker's stop request (`request_stop`), so on many hosts a
+SIGTERM on one of them stops all of them at the same update, with no extra
+communication. Tested with MirroredStrategy over logical CPUs and with
+MultiWorkerMirroredStrategy across processes. Loss scaling for mixed precision belongs
+in `_gradients` (scale the loss) and `_update` (unscale once, on the summed gradient).
 """
 
 import tensorflow as tf
 
-from t2t_lite.models.transformer import token_loss
+from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
 
 _BATCH_SIGNATURE = (
@@ -75,6 +78,9 @@ class TrainStep:
             self.accumulator = (
                 GradientAccumulator(model.trainable_variables) if self.n > 1 else None
             )
+        # This process's vote to stop, summed over all replicas by the update's
+        # all-reduce. A plain local variable: each worker sets its own.
+        self._stop_vote = tf.Variable(0.0, trainable=False, name="stop_vote")
         self.accumulate = self._compile(self._accumulate_body)
         self.accumulate_and_update = self._compile(self._update_body)
 
@@ -93,8 +99,15 @@ class TrainStep:
         """Whether micro-step `global_step` (0-based) closes an accumulation window."""
         return (global_step + 1) % self.n == 0
 
+    def request_stop(self):
+        """Makes the next update report `stop_votes` > 0 on every worker."""
+        self._stop_vote.assign(1.0)
+
     def __call__(self, batch, global_step):
-        """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this batch."""
+        """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this
+        batch (one tensor per local replica). An update also returns, summed over the
+        window and all replicas, "window_loss_sum", "window_tokens" and
+        "stop_votes"."""
         if self.is_update_micro_step(global_step):
             return self.accumulate_and_update(batch)
         return self.accumulate(batch)
@@ -161,28 +174,31 @@ class TrainStep:
     def _update_body(self, batch):
         gradients, loss_sum, tokens = self._gradients(batch)
         if self.accumulator is None:
-            self._update(gradients, loss_sum, tokens)
+            window = self._update(gradients, loss_sum, tokens)
         else:
-            self._update(*self.accumulator.plus(gradients, loss_sum, tokens))
+            window = self._update(*self.accumulator.plus(gradients, loss_sum, tokens))
             self.accumulator.reset()
-        return {"loss_sum": loss_sum, "tokens": tokens}
+        return {"loss_sum": loss_sum, "tokens": tokens, **window}
 
     def _update(self, gradients, loss_sum, tokens):
         """All-reduce once, normalize by tokens, decay, clip, apply — or skip.
 
         A NaN/Inf loss, gradient norm or learning rate skips the whole update
-        (weights, slots and the update count stay as they were) and is counted; the loop stops the run
-        after `max_consecutive_bad_updates` in a row.
+        (weights, slots and the update count stay as they were) and is counted; the
+        loop stops the run after `max_consecutive_bad_updates` in a row. Returns the
+        window's all-reduced loss sum, token count and stop votes.
         """
         context = tf.distribute.get_replica_context()
+        votes = tf.identity(self._stop_vote)
         reduced = context.all_reduce(
-            tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens]
+            tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens, votes]
         )
-        gradients, loss_sum, tokens = reduced[:-2], reduced[-2], reduced[-1]
+        gradients, (loss_sum, tokens, votes) = reduced[:-3], reduced[-3:]
         # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
-        # rows absent from the batch are not decayed), which is not T2T's Adam and would
-        # make an accumulated update differ from the big-batch one. Densifying once per
-        # update costs one vocab×hidden add; the micro-steps stay sparse.
+        # rows absent from the batch are not decayed), which would make an accumulated
+        # update differ from the big-batch one. Dense is T2T's MultistepAdam (T2T's
+        # plain "adam" is LazyAdam). Densifying once per update costs one vocab×hidden
+        # add; the micro-steps stay sparse.
         scale = 1.0 / tf.maximum(tokens, 1.0)
         gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
         variables = self.model.trainable_variables
@@ -203,6 +219,11 @@ class TrainStep:
             & tf.math.is_finite(tf.cast(rate, tf.float32))
         )
         self._apply_or_skip(finite, gradients)
+        return {
+            "window_loss_sum": loss_sum,
+            "window_tokens": tokens,
+            "stop_votes": votes,
+        }
 
     def _apply_or_skip(self, finite, gradients):
         """tf.cond(finite, apply, skip), placed where tf.distribute allows it.
@@ -251,10 +272,20 @@ def _counter(name):
     )
 
 
+_BIAS_NAMES = ("bias", "beta")  # Dense bias; Keras's name for a layer-norm bias
+
+
+def is_bias(variable):
+    """T2T's rule for what weight decay skips: rank-1 variables named like a bias.
+    Layer-norm scales (Keras's "gamma", T2T's "layer_norm_scale") ARE decayed."""
+    name = variable.name.split("/")[-1].split(":")[0]
+    return len(variable.shape) == 1 and name in _BIAS_NAMES
+
+
 def _add_weight_decay(gradient, variable, rate):
-    """L2 weight decay on weight matrices only (rank > 1): biases and layer-norm
-    scales are not decayed (T2T skips only variables named "bias")."""
-    if len(variable.shape) <= 1:
+    """T2T's L2 weight decay (gradient of rate · ||v||² / 2) on every variable but
+    biases, added once per update to the normalized gradient."""
+    if is_bias(variable):
         return gradient
     return gradient + rate * tf.convert_to_tensor(variable)
 

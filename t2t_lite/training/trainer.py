@@ -6,6 +6,7 @@ the flags).
 
 import dataclasses
 import os
+import time
 
 import keras
 import tensorflow as tf
@@ -14,16 +15,16 @@ from absl import logging
 from t2t_lite.data.pipeline import make_dataset
 from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.errors import UserError
-from t2t_lite.hparams_checks import validate
-from t2t_lite.optim.optimizers import optimizer_from_hparams
-from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
+from t2t_lite.optim.schedule import accumulate_steps
 from t2t_lite.registry import MODELS, PROBLEMS
-from t2t_lite.training import run_dir
-from t2t_lite.training.checkpoints import CheckpointKeeper
+from t2t_lite.runs import run_dir
+from t2t_lite.runs.checkpoints import CheckpointKeeper
+from t2t_lite.training.build import build_run
+from t2t_lite.training.distribution import is_chief, num_workers, worker_index
 from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
+from t2t_lite.training.inputs import ReplicaInputs
 from t2t_lite.training.preemption import StopRequest
 from t2t_lite.training.progress import ThroughputMeter, format_seconds
-from t2t_lite.training.train_step import TrainStep
 
 
 class DivergenceError(UserError):
@@ -48,7 +49,7 @@ class RunConfig:
     deterministic: bool = False  # TF op determinism: bitwise-repeatable runs, slower
     # BLEU at every evaluation, for problems with dev text (translation problems):
     eval_bleu_sentences: int = 0  # dev sentences decoded; 0: no BLEU; < 0: all
-    eval_decode_hparams: str = "beam_size=1"  # greedy: a cheap trend
+    eval_decode_hparams: object = None  # decode_hparams(); None: greedy, a cheap trend
 
 
 def simulation_line(hp, replicas):
@@ -63,74 +64,90 @@ def simulation_line(hp, replicas):
 
 
 class Trainer:
-    """Owns model, optimizer, train step, evaluator and checkpoint manager of one run."""
+    """Owns model, optimizer, train step, evaluator and checkpoint manager of one run.
 
-    def __init__(self, config, hp, strategy=None):
+    Distribution (a MirroredStrategy or MultiWorkerMirroredStrategy passed in, see
+    training/distribution.py): every replica reads its own shard of the data through
+    a checkpointed iterator (training/inputs.py); every worker takes part in each
+    checkpoint save (reading replica-local accumulators is a collective), the chief
+    writes the run's files (hparams.json, run.json, metrics.jsonl, TensorBoard,
+    checkpoints) and evaluates while the others wait at the next all-reduce. Other
+    workers keep their own checkpoints (their input iterators) under
+    OUTPUT_DIR/workers/worker-I, so a multi-host run also resumes exactly.
+    """
+
+    def __init__(self, config, hp, strategy=None, callbacks=()):
+        """hp: validated hparams (bin/trainer.py's build_hparams parses and checks).
+        callbacks: objects with any of on_step(step, seconds), on_input(seconds),
+        on_save(seconds), on_evaluate(seconds) (profiling, see scripts/)."""
         self.config = config
-        self.hp = validate(hp)
+        self.hp = hp
+        self.callbacks = list(callbacks)
         self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
         self._skipped_seen = 0  # skipped updates already reported in the log
         self.strategy = strategy or tf.distribute.get_strategy()
-        if self.strategy.num_replicas_in_sync > 1:
-            raise NotImplementedError(
-                "Trainer does not distribute its input over replicas yet; TrainStep "
-                "does (see tests/test_distributed.py)."
-            )
+        self.replicas = self.strategy.num_replicas_in_sync
+        self.chief = is_chief(self.strategy)
         self.problem = PROBLEMS.get(config.problem)()
         self.problem.load(config.data_dir or None)
-        model_class = MODELS.get(config.model)
+        MODELS.get(config.model)  # an unknown name fails before anything is written
         self.n = accumulate_steps(hp)
-        run_dir.prepare_output_dir(config.output_dir, hp)
-        run_dir.check_run_identity(
-            config.output_dir,
-            {
-                "problem": config.problem,
-                "model": config.model,
-                "vocab_fingerprint": self.problem.vocab_fingerprint(),
-            },
-        )
+        if self.chief:
+            run_dir.prepare_output_dir(config.output_dir, hp)
+            run_dir.check_run_identity(
+                config.output_dir,
+                {
+                    "problem": config.problem,
+                    "model": config.model,
+                    "vocab_fingerprint": self.problem.vocab_fingerprint(),
+                },
+            )
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.random_seed)
-        with self.strategy.scope():
-            self.model = model_class.from_hparams(hp, self.problem.vocab_size)
-            self.model(_dummy_batch(), training=False)  # create the variables
-            schedule = schedule_from_hparams(hp, config.train_steps)
-            self.optimizer = optimizer_from_hparams(hp, schedule)
-        self.schedule = schedule
-        self.step = TrainStep(
-            self.model,
-            self.optimizer,
-            accumulate_steps=self.n,
-            label_smoothing=hp.label_smoothing,
-            clip_grad_norm=hp.clip_grad_norm,
-            weight_decay=hp.weight_decay,
+        self.run = build_run(
+            hp,
+            vocab_size=self.problem.vocab_size,
+            train_steps=config.train_steps,
+            model=config.model,
             strategy=self.strategy,
         )
+        self.model, self.optimizer = self.run.model, self.run.optimizer
+        self.schedule, self.step = self.run.schedule, self.run.step
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
         self.bleu_evaluator = None
-        if config.eval_bleu_sentences and self.problem.reports_bleu:
+        if config.eval_bleu_sentences and self.problem.reports_bleu and self.chief:
             self.bleu_evaluator = BleuEvaluator(
                 self.model,
                 self.problem,
-                decode_hparams(config.eval_decode_hparams, "--eval_decode_hparams"),
+                config.eval_decode_hparams or decode_hparams("beam_size=1"),
                 config.eval_bleu_sentences,
                 max_input_length=hp.max_length or hp.batch_size,
             )
-        self.checkpoint = tf.train.Checkpoint(**self.step.checkpoint_items())
+        self.checkpoint = self.run.checkpoint()
         self._writers = {}  # TensorBoard writers by subdirectory, opened on first use
         self.checkpoints = CheckpointKeeper(
             self.checkpoint,
-            config.output_dir,
+            self._checkpoint_dir(),
             config.keep_checkpoint_max,
             self.model.trainable_variables,
         )
+
+    def _checkpoint_dir(self):
+        if self.chief:
+            return self.config.output_dir
+        path = os.path.join(
+            self.config.output_dir, "workers", f"worker-{worker_index(self.strategy)}"
+        )
+        tf.io.gfile.makedirs(path)
+        return path
 
     # --- checkpoints --------------------------------------------------------------
 
     def restore(self):
         """Restores the newest readable checkpoint, if any; returns the global step."""
         path = self.checkpoints.restore_newest_readable()
+        self.run.replicas_variable.assign(self.replicas)  # this run's, not the old one
         if path:
             logging.info(
                 "Resumed from %s (global step %d, update %d).",
@@ -142,18 +159,30 @@ class Trainer:
 
     def save(self):
         """Writes a checkpoint at the current step; returns its path (None if the
-        weights were not finite and nothing was written)."""
+        weights were not finite and nothing was written). Every worker must call it
+        at the same step."""
+        started = time.perf_counter()
         path = self.checkpoints.save(self.step.micro_step)
-        if path:
+        if path and self.chief:
             logging.info("Saved checkpoint %s.", path)
+        self._notify("on_save", time.perf_counter() - started)
         return path
+
+    def _notify(self, event, *args):
+        for callback in self.callbacks:
+            method = getattr(callback, event, None)
+            if method:
+                method(*args)
 
     # --- data ---------------------------------------------------------------------
 
-    def dataset(self, split, training, seed=None):
+    def dataset(self, split, training, seed=None, replica=0, num_replicas=1):
+        """Token-batched `split`; for training, shard `replica` of `num_replicas`."""
         hp = self.hp
         return make_dataset(
-            self.problem.dataset(split, self.config.data_dir or None),
+            self.problem.replica_dataset(
+                split, self.config.data_dir or None, replica, num_replicas
+            ),
             batch_size=hp.batch_size,
             max_length=hp.max_length,
             min_length_bucket=hp.min_length_bucket,
@@ -162,11 +191,30 @@ class Trainer:
             seed=seed,
         )
 
+    def _replica_train_dataset(self, replica, num_replicas):
+        """Replica `replica`'s training batches: its own shard, its own shuffle seed
+        (replica 0's is the single-device run's, which it then equals)."""
+        return self.dataset(
+            "train",
+            training=True,
+            seed=self.config.random_seed + replica,
+            replica=replica,
+            num_replicas=num_replicas,
+        )
+
     # --- evaluation ---------------------------------------------------------------
 
     def evaluate(self, write=True, stop=None):
-        """Evaluates on the dev split; appends to metrics.jsonl and TensorBoard
-        unless write=False. Returns None if a stop request interrupted it."""
+        """Evaluates on the dev split (the chief only; other workers return the
+        counters alone); appends to metrics.jsonl and TensorBoard unless
+        write=False. Returns None if a stop request interrupted it."""
+        record = {
+            "global_step": self.step.micro_step,
+            "update_step": self.step.update_step,
+        }
+        if not self.chief:
+            return record
+        started = time.perf_counter()
         metrics = self.evaluator.evaluate(
             self.dataset("dev", training=False),
             self.config.eval_steps,
@@ -179,11 +227,7 @@ class Trainer:
             if bleu is None:
                 return None
             metrics.update(bleu)
-        record = {
-            "global_step": self.step.micro_step,
-            "update_step": self.step.update_step,
-            **metrics,
-        }
+        record.update(metrics)
         if write:
             run_dir.append_metrics(self.config.output_dir, record)
             with self._writer("eval").as_default(step=record["global_step"]):
@@ -200,12 +244,18 @@ class Trainer:
             metrics["sequence_accuracy"],
             f", BLEU {metrics['bleu']:.2f}" if "bleu" in metrics else "",
         )
+        self._notify("on_evaluate", time.perf_counter() - started)
         return record
 
     def _writer(self, name):
+        """TensorBoard writer of OUTPUT_DIR/name; a no-op on workers but the chief."""
         if name not in self._writers:
-            self._writers[name] = tf.summary.create_file_writer(
-                os.path.join(self.config.output_dir, name)
+            self._writers[name] = (
+                tf.summary.create_file_writer(
+                    os.path.join(self.config.output_dir, name)
+                )
+                if self.chief
+                else tf.summary.create_noop_writer()
             )
         return self._writers[name]
 
@@ -219,16 +269,16 @@ class Trainer:
         max_consecutive_bad_updates NaN/Inf updates in a row.
         """
         config = self.config
-        # The input iterator is checkpointed with the model (shuffle buffer and bucket
-        # contents included), so a resumed run sees exactly the batches an uninterrupted
-        # run would have seen next.
-        batches = iter(self.dataset("train", training=True, seed=config.random_seed))
-        self.checkpoint.train_iterator = batches
+        # The input iterators are checkpointed with the model (shuffle buffer and
+        # bucket contents included), so a resumed run sees exactly the batches an
+        # uninterrupted run would have seen next.
+        inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
+        self._attach_iterators(inputs)
         start = self.restore()
         if start >= config.train_steps:
             logging.info("Already trained to step %d; evaluating only.", start)
             return self.evaluate(write=False)
-        logging.info(simulation_line(self.hp, self.strategy.num_replicas_in_sync))
+        logging.info(simulation_line(self.hp, self.replicas))
         if config.train_steps % self.n:
             logging.warning(
                 "train_steps=%d is not a multiple of %d accumulation steps: the last "
@@ -239,17 +289,49 @@ class Trainer:
             )
         try:
             with StopRequest() as stop:
-                record = self._loop(batches, start, stop)
+                record = self._loop(inputs, start, stop)
         finally:
             self._close_writers()
         return record
 
-    def _loop(self, batches, start, stop):
+    def _attach_iterators(self, inputs):
+        """Puts the input iterators into the checkpoint, unless the newest
+        checkpoint was written with another number of replicas: then its data
+        positions mean nothing here, the rest resumes and the data order restarts."""
+        previous = self.checkpoints.checkpointed_value("train_replicas", default=1)
+        if previous is None or previous == self.replicas:
+            for name, iterator in inputs.checkpoint_items().items():
+                setattr(self.checkpoint, name, iterator)
+            return
+        per_replica = self.hp.batch_size * self.n
+        logging.warning(
+            "Resuming a run trained on %d replica(s) on %d: tokens per update change "
+            "from %d to %d (batch_size %d × %d accumulation steps × replicas); the "
+            "training data order restarts.",
+            previous,
+            self.replicas,
+            per_replica * previous,
+            per_replica * self.replicas,
+            self.hp.batch_size,
+            self.n,
+        )
+        self.checkpoints.allow_partial()
+
+    def _loop(self, inputs, start, stop):
         config = self.config
         meter = ThroughputMeter(start, config.train_steps)
         record, last_saved = None, start
+        many_workers = num_workers(self.strategy) > 1
         for step in range(start, config.train_steps):
-            meter.add(self.step(_next_batch(batches), step))
+            began = time.perf_counter()
+            batch = inputs.next()
+            self._notify("on_input", time.perf_counter() - began)
+            if many_workers and stop.requested:
+                self.step.request_stop()
+            began = time.perf_counter()
+            out = self.step(batch, step)
+            self._notify("on_step", step, time.perf_counter() - began)
+            meter.add(out)
             done, record = step + 1, None
             saving = done % config.save_checkpoints_steps == 0
             logging_now = done % config.log_steps == 0 or done == config.train_steps
@@ -257,14 +339,18 @@ class Trainer:
                 self._check_divergence(done)
             if logging_now:
                 self._log(meter, done)
-            # A signal may arrive at any point above: read stop.requested only here,
-            # once, so a stop always comes with a checkpoint of this very step.
+            # A signal may arrive at any point above: read the stop request only
+            # here, once, so a stop always comes with a checkpoint of this very step.
+            # On many workers, all stop at the update where any of them asked to.
             stopping = stop.requested
+            if many_workers:
+                votes = out.get("stop_votes")
+                stopping = bool(votes and float(votes[0]) > 0) and (stopping or "peer")
             if saving or stopping:
                 self.save()
                 last_saved = done
             if stopping:
-                self.stopped_by = stopping
+                self.stopped_by = stopping if stopping != "peer" else "another worker"
                 return None
             if config.local_eval_frequency and done % config.local_eval_frequency == 0:
                 record = self.evaluate(stop=stop)
@@ -324,17 +410,3 @@ class Trainer:
     def _close_writers(self):
         for writer in self._writers.values():
             writer.close()
-
-
-def _next_batch(batches):
-    try:
-        return next(batches)
-    except StopIteration:
-        raise UserError(
-            "the training split produced no batches: are all examples longer "
-            "than max_length?"
-        ) from None
-
-
-def _dummy_batch():
-    return {"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)}

@@ -22,9 +22,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.errors import UserError
-from t2t_lite.training.checkpoints import checkpoints_on_disk, first_line
-from t2t_lite.training.run_dir import HPARAMS_FILE, RUN_FILE, write_atomically
+from t2t_lite.errors import UserError, first_line
+from t2t_lite.fileio import write_atomically
+from t2t_lite.runs.checkpoints import checkpoints_on_disk
+from t2t_lite.runs.run_dir import HPARAMS_FILE, RUN_FILE
 
 _STATE_FILE = "checkpoint"
 _BUNDLE_FILE = re.compile(r"^model-\d+\.(index|data-\d+-of-\d+)$")
@@ -35,19 +36,19 @@ def check_output_dir(model_dir, output_dir, overwrite=False):
     checkpoint (or overwrite); cheap, so callers check before any reading."""
     if os.path.realpath(model_dir) == os.path.realpath(output_dir):
         raise UserError(
-            f"--output_dir '{output_dir}' is --model_dir: the average would join the "
-            "training series and be resumed from; use another --output_dir."
+            f"output_dir '{output_dir}' is model_dir: the average would join the "
+            "training series and be resumed from; use another output_dir."
         )
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise UserError(f"--output_dir '{output_dir}' is a file, not a directory.")
+        raise UserError(f"output_dir '{output_dir}' is a file, not a directory.")
     if os.path.isdir(output_dir) and not overwrite:
         holds = checkpoints_on_disk(output_dir) or os.path.exists(
             os.path.join(output_dir, _STATE_FILE)
         )
         if holds:
             raise UserError(
-                f"--output_dir '{output_dir}' already holds a checkpoint; pass "
-                "--overwrite to replace it, or use another --output_dir."
+                f"output_dir '{output_dir}' already holds a checkpoint; set "
+                "overwrite to replace it, or use another output_dir."
             )
 
 
@@ -190,37 +191,36 @@ def _install(tmp_prefix, output_dir, model_dir, name):
     )
 
 
-def newest_checkpoints(model_dir, num_last):
-    """[(step, prefix)] of the newest `num_last` checkpoints in model_dir, oldest first.
-
-    Fewer on disk: all of them, with a warning. None: UserError.
+def newest_checkpoints(model_dir, n):
+    """[(step, prefix)] of the newest `n` checkpoints in model_dir, oldest
+    first. Fewer on disk: all of them, with a warning. None, or n < 1:
+    UserError.
     """
-    if num_last < 1:
-        raise UserError(f"--n must be >= 1, got {num_last}.")
+    if n < 1:
+        raise UserError(f"n must be >= 1, got {n}.")
     if not os.path.isdir(model_dir):
-        raise UserError(f"--model_dir '{model_dir}' is not a directory.")
+        raise UserError(f"model_dir '{model_dir}' is not a directory.")
     found = checkpoints_on_disk(model_dir)
     if not found:
-        raise UserError(f"--model_dir '{model_dir}' holds no model-N.index checkpoint.")
-    if len(found) < num_last:
+        raise UserError(f"model_dir '{model_dir}' holds no model-N.index checkpoint.")
+    if len(found) < n:
         logging.warning(
             "Asked to average %d checkpoints, but %s holds only %d; averaging those.",
-            num_last,
+            n,
             model_dir,
             len(found),
         )
-    return found[-num_last:]
+    return found[-n:]
 
 
-def write_average(checkpoints, model_dir, output_dir, overwrite=False):
+def write_average(checkpoints, model_dir, output_dir):
     """Writes the average of `checkpoints` ([(step, prefix)], oldest first) to
     output_dir/model-N, N the newest step; returns that prefix.
 
     hparams.json and run.json are copied from model_dir, so output_dir decodes like
-    the run. Raises UserError for incompatible checkpoints, output_dir == model_dir,
-    or an output_dir that already holds a checkpoint (unless overwrite).
+    the run. Raises UserError for incompatible checkpoints. The caller has checked
+    output_dir with `check_output_dir` (average_checkpoints does).
     """
-    check_output_dir(model_dir, output_dir, overwrite)
     tensors = _averaged_tensors([prefix for _, prefix in checkpoints])
     name = f"model-{checkpoints[-1][0]}"
     try:
@@ -228,25 +228,24 @@ def write_average(checkpoints, model_dir, output_dir, overwrite=False):
         tmp_dir = tempfile.mkdtemp(prefix=".avg-tmp-", dir=output_dir)
     except OSError as e:
         raise UserError(
-            f"cannot create --output_dir '{output_dir}': {e.strerror}."
+            f"cannot create output_dir '{output_dir}': {e.strerror}."
         ) from None
     try:
         _save(tensors, os.path.join(tmp_dir, name))
         _install(os.path.join(tmp_dir, name), output_dir, model_dir, name)
     except (OSError, tf.errors.OpError) as e:
         raise UserError(
-            f"cannot write the average to --output_dir '{output_dir}': {first_line(e)}"
+            f"cannot write the average to output_dir '{output_dir}': {first_line(e)}"
         ) from None
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
     return os.path.join(output_dir, name)
 
 
-def average_checkpoints(model_dir, output_dir, num_last, overwrite=False):
-    """Averages the newest `num_last` checkpoints of model_dir into output_dir;
-    returns the written checkpoint's prefix (see write_average)."""
-    if num_last < 1:
-        raise UserError(f"--n must be >= 1, got {num_last}.")
+def average_checkpoints(model_dir, output_dir, n, overwrite=False):
+    """Averages the newest `n` checkpoints of model_dir into output_dir;
+    returns the written checkpoint's prefix (see write_average). Every argument is
+    checked before anything is read or written."""
     check_output_dir(model_dir, output_dir, overwrite)
-    checkpoints = newest_checkpoints(model_dir, num_last)
-    return write_average(checkpoints, model_dir, output_dir, overwrite)
+    checkpoints = newest_checkpoints(model_dir, n)
+    return write_average(checkpoints, model_dir, output_dir)

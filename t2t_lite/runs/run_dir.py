@@ -8,28 +8,20 @@ Layout (T2T-like):
   OUTPUT_DIR/train/, eval/         TensorBoard event files
 """
 
-import glob
 import json
 import os
 
+import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
+from t2t_lite.fileio import append_line, write_atomically
 from t2t_lite.hparams import HParams, HParamsError
+from t2t_lite.runs.checkpoints import checkpoints_on_disk
 
 HPARAMS_FILE = "hparams.json"
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
-
-
-def write_atomically(path, text):
-    """Writes via a temporary file and rename, so a crash never leaves half a file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # Hparams a resumed run may change (with a warning): the remedies for a diverging or
@@ -50,7 +42,12 @@ CHANGEABLE_ON_RESUME = frozenset(
 
 
 def _has_checkpoint(output_dir):
-    return bool(glob.glob(os.path.join(output_dir, "model-*.index")))
+    return bool(checkpoints_on_disk(output_dir))
+
+
+def _read_text(path):
+    with tf.io.gfile.GFile(path) as f:
+        return f.read()
 
 
 def prepare_output_dir(output_dir, hp):
@@ -62,22 +59,22 @@ def prepare_output_dir(output_dir, hp):
     run never wrote a checkpoint (nothing to mix).
     """
     try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as e:
+        tf.io.gfile.makedirs(output_dir)
+    except (OSError, tf.errors.OpError) as e:
+        reason = getattr(e, "strerror", None) or getattr(e, "message", str(e))
         raise UserError(
-            f"--output_dir '{output_dir}' cannot be created: {e.strerror}."
+            f"output_dir '{output_dir}' cannot be created: {reason}."
         ) from None
     path = os.path.join(output_dir, HPARAMS_FILE)
-    if os.path.exists(path) and _has_checkpoint(output_dir):
+    if tf.io.gfile.exists(path) and _has_checkpoint(output_dir):
         _check_stored_hparams(path, output_dir, hp)
     write_atomically(path, hp.to_json() + "\n")
 
 
 def _check_stored_hparams(path, output_dir, hp):
     try:
-        with open(path) as f:
-            stored = HParams.from_json(f.read())
-    except (OSError, HParamsError) as e:
+        stored = HParams.from_json(_read_text(path))
+    except (OSError, tf.errors.OpError, HParamsError) as e:
         raise UserError(f"{path}: {e}") from None
     differing = hp.diff(stored)
     fixed = [k for k in differing if k not in CHANGEABLE_ON_RESUME]
@@ -87,8 +84,8 @@ def _check_stored_hparams(path, output_dir, hp):
     )
     if fixed:
         raise UserError(
-            f"--output_dir '{output_dir}' holds a run with different hparams "
-            f"({details}); use a new --output_dir or the same hparams."
+            f"output_dir '{output_dir}' holds a run with different hparams "
+            f"({details}); use a new output_dir or the same hparams."
         )
     if differing:
         logging.warning("Resuming with changed hparams: %s.", details)
@@ -101,25 +98,25 @@ def check_run_identity(output_dir, identity):
     another: the ids would silently mean different tokens.
     """
     path = os.path.join(output_dir, RUN_FILE)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         write_atomically(path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
         return
     try:
-        with open(path) as f:
-            stored = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+        stored = json.loads(_read_text(path))
+    except (OSError, tf.errors.OpError, json.JSONDecodeError) as e:
         raise UserError(
-            f"{path} is unreadable ({e}); restore it or use a new --output_dir."
+            f"{path} is unreadable ({e}); restore it or use a new output_dir."
         ) from None
     for key, value in identity.items():
         if stored.get(key) != value:
             raise UserError(
-                f"--output_dir '{output_dir}' holds a run with {key} "
-                f"{stored.get(key)!r}, not {value!r}; use a new --output_dir."
+                f"output_dir '{output_dir}' holds a run with {key} "
+                f"{stored.get(key)!r}, not {value!r}; use a new output_dir."
             )
 
 
 def append_metrics(output_dir, record):
     """Appends one evaluation's metrics as a JSON line."""
-    with open(os.path.join(output_dir, METRICS_FILE), "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    append_line(
+        os.path.join(output_dir, METRICS_FILE), json.dumps(record, sort_keys=True)
+    )

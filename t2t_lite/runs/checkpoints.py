@@ -9,14 +9,13 @@ tensor carries a CRC32C in the index, so damage is detected on restore; here a d
 newest checkpoint is reported by name and the previous one is used.
 """
 
-import glob
 import os
 import re
 
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, first_line
 
 # What a damaged checkpoint raises while being restored: fall back to the previous
 # one. Anything else (permission denied, an unavailable file system, a checkpoint of
@@ -37,23 +36,21 @@ def _step_number(prefix):
     return int(match.group(1)) if match else -1
 
 
-def first_line(error):
-    """The first line of an error's message: what a one-line UserError quotes."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def checkpoints_on_disk(directory):
     """[(step, prefix)] of every model-N checkpoint in `directory`, oldest first.
 
     Found by their index files, not through the `checkpoint` state file, which may be
     damaged or list fewer than exist.
     """
+    directory = str(directory)
+    if not tf.io.gfile.isdir(directory):
+        return []
     found = []
-    for path in glob.glob(os.path.join(glob.escape(directory), "model-*.index")):
-        match = _INDEX.match(os.path.basename(path))
+    for name in tf.io.gfile.listdir(directory):
+        match = _INDEX.match(name)
         if match:
-            found.append((int(match.group(1)), path[: -len(".index")]))
+            prefix = os.path.join(directory, name[: -len(".index")])
+            found.append((int(match.group(1)), prefix))
     return sorted(found)
 
 
@@ -70,6 +67,7 @@ class CheckpointKeeper:
                 max_to_keep,
             )
         self.manager = self._manager(max_to_keep)
+        self._partial = False
         self._all_finite = tf.function(
             lambda: tf.reduce_all(
                 [tf.reduce_all(tf.math.is_finite(v)) for v in variables]
@@ -95,7 +93,7 @@ class CheckpointKeeper:
             return make()
         except (ValueError, tf.errors.OpError) as e:
             state = os.path.join(self.directory, _STATE_FILE)
-            os.replace(state, state + ".damaged")
+            tf.io.gfile.rename(state, state + ".damaged", overwrite=True)
             logging.warning(
                 "Checkpoint state file %s is damaged (%s); moved it to %s.damaged.",
                 state,
@@ -103,6 +101,24 @@ class CheckpointKeeper:
                 state,
             )
             return make()
+
+    def allow_partial(self):
+        """Restore without complaint about checkpoint values nothing here uses (e.g.
+        input iterators of another replica count)."""
+        self._partial = True
+
+    def checkpointed_value(self, name, default):
+        """The value of variable `name` (a top-level checkpoint item) in the newest
+        checkpoint; `default` if that checkpoint lacks it, None if there is none."""
+        latest = self.latest
+        if latest is None:
+            return None
+        key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+        try:
+            reader = tf.train.load_checkpoint(latest)
+            return reader.get_tensor(key).item() if reader.has_tensor(key) else default
+        except (tf.errors.OpError, ValueError, IndexError):  # damaged: restore says so
+            return default
 
     @property
     def latest(self):
@@ -124,27 +140,24 @@ class CheckpointKeeper:
         other than damage.
         """
         candidates = self._candidates()
-        for path in candidates:
-            try:
-                self.checkpoint.restore(path).assert_existing_objects_matched()
-                return path
-            except DAMAGE_ERRORS as e:
-                logging.warning(
-                    "Checkpoint %s is damaged (%s); trying the previous one.",
-                    path,
-                    first_line(e),
-                )
-            except (tf.errors.OpError, ValueError, AssertionError, OSError) as e:
-                raise UserError(
-                    f"cannot restore checkpoint {path}: {first_line(e)} (is it from "
-                    "another model or t2t_lite version?); use a new --output_dir."
-                ) from None
-        if candidates:
+        if not candidates:
+            return None
+
+        def restore(path):
+            status = self.checkpoint.restore(path)
+            if self._partial:
+                status.expect_partial()
+            status.assert_existing_objects_matched()
+
+        try:
+            return restore_newest_readable(restore, candidates, self.directory)
+        except UserError as e:
+            raise UserError(f"{e} Use a new output_dir.") from None
+        except (tf.errors.OpError, ValueError, AssertionError, OSError) as e:
             raise UserError(
-                f"no readable checkpoint in --output_dir '{self.directory}' (tried "
-                f"{len(candidates)}); use a new --output_dir."
-            )
-        return None
+                f"cannot restore checkpoint {e.path}: {first_line(e)} (is it from "
+                "another model or t2t_lite version?); use a new output_dir."
+            ) from None
 
     def save(self, number):
         """Writes checkpoint `number`; returns its path, or None if weights are bad.
@@ -165,7 +178,38 @@ class CheckpointKeeper:
             return self.manager.save(checkpoint_number=number)
         except (OSError, tf.errors.OpError) as e:
             raise UserError(
-                f"cannot write checkpoint {number} to --output_dir "
+                f"cannot write checkpoint {number} to output_dir "
                 f"'{self.directory}': {first_line(e)}; the checkpoints already "
                 "there are intact."
             ) from None
+
+
+def restore_newest_readable(restore, candidates, directory):
+    """Calls `restore(path)` on each candidate prefix, newest first, until one reads
+    back intact; returns that path.
+
+    A damaged checkpoint (DAMAGE_ERRORS) is reported with a warning and the previous
+    one is tried: a bad sector must not end a run that has older good checkpoints.
+    Any other error is not damage (another model's checkpoint, permissions): it is
+    raised with the failing path as `error.path`, since falling back would silently
+    roll the run back. When every candidate is damaged: UserError naming the
+    directory and the newest one's damage.
+    """
+    damage = None
+    for path in candidates:
+        try:
+            restore(path)
+            return path
+        except DAMAGE_ERRORS as e:
+            reason = first_line(e)
+            damage = damage or reason
+            logging.warning(
+                "Checkpoint %s is damaged (%s); trying the previous one.", path, reason
+            )
+        except Exception as e:
+            e.path = path
+            raise
+    raise UserError(
+        f"no readable checkpoint in '{directory}': tried {len(candidates)}, all "
+        f"damaged (newest: {candidates[0]}: {damage})."
+    )

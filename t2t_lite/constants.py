@@ -1,0 +1,9 @@
+"""Ids and constants every layer agrees on (T2T's conventions).
+
+Id 0 is padding and never counts in a loss or metric; id 1 ends a sequence. Vocabularies
+(SentencePiece included) are built so that these hold.
+"""
+
+PAD_ID = 0
+EOS_ID = 1
+NEG_INF = -1e9  # T2T's large negative attention bias / score for excluded positions

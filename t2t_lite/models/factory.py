@@ -1,0 +1,20 @@
+"""Building a registered model with its variables created, the one way everyone does.
+
+Keras creates variables on the first call; a checkpoint can only be restored, and an
+optimizer only built, once they exist. Trainer, decoder, tests and benchmarks all go
+through `build_model`, so none of them invents its own dummy batch.
+"""
+
+import tensorflow as tf
+
+
+def example_features():
+    """The smallest valid feature dict: one sequence of two ids on each side."""
+    return {"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)}
+
+
+def build_model(model_class, hp, vocab_size):
+    """`model_class.from_hparams(hp, vocab_size)` with its variables created."""
+    model = model_class.from_hparams(hp, vocab_size)
+    model(example_features(), training=False)
+    return model

@@ -1,0 +1,88 @@
+"""The one place that assembles a run: model → schedule → optimizer → TrainStep.
+
+The trainer, the tests and the benchmarks all call `build_run`, so an equivalence test
+exercises exactly what `t2t-trainer` trains with, not a copy of its assembly. Every
+variable (weights, optimizer slots, accumulators, counters) is created under
+`strategy.scope()`, so the same code builds a single-device run or a
+MirroredStrategy / MultiWorkerMirroredStrategy one.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from t2t_lite.models.factory import build_model
+from t2t_lite.optim.optimizers import optimizer_from_hparams
+from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
+from t2t_lite.registry import MODELS
+from t2t_lite.training.train_step import TrainStep
+
+
+@dataclasses.dataclass
+class Run:
+    """What a training run computes with (data and files are the trainer's)."""
+
+    hp: object
+    model: object
+    schedule: object  # update step -> learning rate
+    optimizer: object
+    step: TrainStep
+    strategy: tf.distribute.Strategy
+    # The replica count, checkpointed: a resume on another count is noticed.
+    replicas_variable: tf.Variable
+
+    @property
+    def accumulate_steps(self):
+        return self.step.n
+
+    @property
+    def replicas(self):
+        return self.strategy.num_replicas_in_sync
+
+    def checkpoint(self, **extra):
+        """A tf.train.Checkpoint of everything needed to resume exactly (plus
+        `extra`, e.g. the input iterators)."""
+        return tf.train.Checkpoint(
+            **self.step.checkpoint_items(),
+            train_replicas=self.replicas_variable,
+            **extra,
+        )
+
+
+def build_run(
+    hp,
+    *,
+    vocab_size,
+    train_steps,
+    model="transformer",
+    strategy=None,
+    initial_weights=None,
+):
+    """Builds the model, schedule, optimizer and TrainStep of `hp` under `strategy`.
+
+    model: a registered model name (or a model class). train_steps: micro-steps, as
+    in T2T; the schedule sees train_steps / n (DESIGN.md §2). initial_weights: a
+    `model.get_weights()` list to start from (equivalence tests start two runs from
+    the same weights).
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    model_class = MODELS.get(model) if isinstance(model, str) else model
+    with strategy.scope():
+        the_model = build_model(model_class, hp, vocab_size)
+        if initial_weights is not None:
+            the_model.set_weights(initial_weights)
+        schedule = schedule_from_hparams(hp, train_steps)
+        optimizer = optimizer_from_hparams(hp, schedule)
+    step = TrainStep(
+        the_model,
+        optimizer,
+        accumulate_steps=accumulate_steps(hp),
+        label_smoothing=hp.label_smoothing,
+        clip_grad_norm=hp.clip_grad_norm,
+        weight_decay=hp.weight_decay,
+        strategy=strategy,
+    )
+    replicas = tf.Variable(
+        strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="replicas"
+    )
+    return Run(hp, the_model, schedule, optimizer, step, strategy, replicas)

@@ -1,0 +1,257 @@
+"""Run as a script (logical devices must exist before TensorFlow starts): exact
+accumulation across replicas, against a reference computed by hand.
+
+2 replicas × n=3 micro-batches × 4 updates under MirroredStrategy, through the
+trainer's own `build_run`, must give the weights AND optimizer slots that plain
+SGD / momentum formulas give on the same 24 uneven micro-batches:
+
+    g(u) = Σ ∇(token loss sums of window u) / Σ tokens   [+ decay · w, clipped]
+    sgd:      w ← w − lr(u) · g(u)
+    momentum: v ← μ·v − lr(u) · g(u);  w ← w + v
+
+lr(u) = constant · linear_decay(u) = 0.5 · (4 − u) / 4: distinct and non-zero at
+every update, so a unit, scale or window-order bug cannot cancel. n ≠ replicas, so an
+n/r mix-up cannot either. The reference never touches TrainStep, the accumulator or
+the optimizer classes.
+
+Communication is counted by a CrossDeviceOps that counts the reductions traced into
+each compiled step (MirroredStrategy routes every all-reduce through it), with a
+control that adds one all-reduce per micro-step and must be seen.
+
+Prints one JSON line.
+"""
+
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * 2,
+)
+
+from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
+
+from t2t_lite.models.losses import token_loss
+from t2t_lite.training.build import build_run
+from t2t_lite.training.train_step import TrainStep
+
+N, REPLICAS, UPDATES = 3, 2, 4
+CONSTANT, MOMENTUM = 0.5, 0.9
+
+
+class CountingReduction(tf.distribute.ReductionToOneDevice):
+    """ReductionToOneDevice that counts the reductions traced: `groups` (one per
+    all_reduce call, however many tensors it carries) and `tensors` (values
+    reduced). A batch reduction reduces value by value inside; those are not
+    counted again."""
+
+    def __init__(self):
+        super().__init__()
+        self.groups = self.tensors = 0
+        self._inside_batch = False
+
+    def reduce_implementation(
+        self, reduce_op, per_replica_value, destinations, options
+    ):
+        if not self._inside_batch:
+            self.groups += 1
+            self.tensors += 1
+        return super().reduce_implementation(
+            reduce_op, per_replica_value, destinations, options
+        )
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        self.groups += 1
+        self.tensors += len(value_destination_pairs)
+        self._inside_batch = True
+        try:
+            return super().batch_reduce_implementation(
+                reduce_op, value_destination_pairs, options
+            )
+        finally:
+            self._inside_batch = False
+
+
+def hparams(optimizer, **overrides):
+    return tiny_hparams(
+        optimizer=optimizer,
+        optimizer_multistep_accumulate_steps=N,
+        learning_rate_schedule="constant*linear_decay",
+        learning_rate_constant=CONSTANT,
+        learning_rate_decay_steps=UPDATES,
+        optimizer_momentum_momentum=MOMENTUM,
+        **overrides,
+    )
+
+
+def window(micro, u):
+    """The micro-batches of update u: micro-step m, replica r gets index
+    (u·n + m)·R + r."""
+    return micro[u * N * REPLICAS : (u + 1) * N * REPLICAS]
+
+
+# --- the reference, by hand -----------------------------------------------------------
+
+
+def _is_bias(variable):
+    name = variable.name.split("/")[-1].split(":")[0]
+    return len(variable.shape) == 1 and name in ("bias", "beta")
+
+
+def reference(start, micro, optimizer, clip=0.0, decay=0.0):
+    """(weights, momentum slots) after UPDATES updates, computed with numpy."""
+    model = build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model
+    model.set_weights(start)
+    variables = model.trainable_variables
+    weights = [v.numpy().astype(np.float64) for v in variables]
+    velocity = [np.zeros_like(w) for w in weights]
+    for u in range(UPDATES):
+        for v, w in zip(variables, weights):
+            v.assign(w.astype(np.float32))
+        total = [np.zeros_like(w) for w in weights]
+        tokens = 0.0
+        for batch in window(micro, u):
+            batch = {k: tf.constant(b) for k, b in batch.items()}
+            with tf.GradientTape() as tape:
+                loss_sum, count = token_loss(
+                    model(batch, training=True), batch["targets"], 0.1
+                )
+            for i, g in enumerate(tape.gradient(loss_sum, variables)):
+                total[i] += tf.convert_to_tensor(g).numpy()
+            tokens += float(count)
+        gradient = [t / tokens for t in total]
+        if decay:
+            gradient = [
+                g if _is_bias(v) else g + decay * w
+                for g, v, w in zip(gradient, variables, weights)
+            ]
+        norm = np.sqrt(sum(float(np.sum(g * g)) for g in gradient))
+        if clip and norm > clip:
+            gradient = [g * clip / norm for g in gradient]
+        rate = CONSTANT * min(max((UPDATES - u) / UPDATES, 0.0), 1.0)
+        if optimizer == "sgd":
+            weights = [w - rate * g for w, g in zip(weights, gradient)]
+        else:
+            velocity = [MOMENTUM * v - rate * g for v, g in zip(velocity, gradient)]
+            weights = [w + v for w, v in zip(weights, velocity)]
+    return weights, velocity
+
+
+# --- the distributed run ----------------------------------------------------------------
+
+
+def distributed(strategy, start, micro, optimizer, step_class=TrainStep, **overrides):
+    run = build_run(
+        hparams(optimizer, **overrides),
+        vocab_size=VOCAB,
+        train_steps=N * UPDATES,
+        strategy=strategy,
+        initial_weights=start,
+    )
+    if step_class is not TrainStep:  # the control: same run, another step class
+        run.step = step_class(
+            run.model,
+            run.optimizer,
+            accumulate_steps=N,
+            label_smoothing=0.1,
+            strategy=strategy,
+        )
+    for micro_step in range(len(micro) // REPLICAS):
+        pair = micro[micro_step * REPLICAS : (micro_step + 1) * REPLICAS]
+        run.step(distribute(strategy, pair), micro_step)
+    return run
+
+
+def distribute(strategy, batches):
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: {
+            k: tf.constant(v) for k, v in batches[ctx.replica_id_in_sync_group].items()
+        }
+    )
+
+
+def ratio(actual, expected, rtol=1e-5, atol=1e-7):
+    """max |a − e| / (rtol·|e| + atol); < 1 means equal."""
+    return max(
+        float(np.max(np.abs(a - e) / (rtol * np.abs(e) + atol)))
+        for a, e in zip(actual, expected)
+    )
+
+
+def momentum_slots(run):
+    """The optimizer's momentum slots, in trainable-variable order."""
+    slots = run.optimizer.momentums
+    return [tf.convert_to_tensor(s).numpy() for s in slots]
+
+
+def traced_groups(counter, function, batch):
+    """All-reduce groups traced into `function` for `batch`."""
+    counter.groups = counter.tensors = 0
+    function.get_concrete_function(batch)
+    return counter.groups, counter.tensors
+
+
+class ChattyStep(TrainStep):
+    """The control: an extra all-reduce on every accumulate micro-step."""
+
+    def _accumulate_body(self, batch):
+        out = super()._accumulate_body(batch)
+        context = tf.distribute.get_replica_context()
+        out["loss_sum"] = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, out["loss_sum"]
+        )
+        return out
+
+
+def main():
+    micro = uneven_micro_batches(N * REPLICAS * UPDATES, seed=3)
+    counter = CountingReduction()
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=counter
+    )
+    tf.keras.utils.set_random_seed(20261130)
+    start = build_run(
+        hparams("sgd"), vocab_size=VOCAB, train_steps=1
+    ).model.get_weights()
+    report = {}
+    cases = {
+        "sgd": ("sgd", {}),
+        "momentum": ("momentum", {}),
+        "momentum_clip_decay": (
+            "momentum",
+            {"clip_grad_norm": 0.05, "weight_decay": 0.1},
+        ),
+    }
+    for name, (optimizer, knobs) in cases.items():
+        run = distributed(strategy, start, micro, optimizer, **knobs)
+        weights, velocity = reference(
+            start,
+            micro,
+            optimizer,
+            clip=knobs.get("clip_grad_norm", 0.0),
+            decay=knobs.get("weight_decay", 0.0),
+        )
+        report[f"{name}_weights_ratio"] = ratio(run.model.get_weights(), weights)
+        report[f"{name}_moved_ratio"] = ratio(run.model.get_weights(), start)
+        if optimizer == "momentum":
+            report[f"{name}_slots_ratio"] = ratio(momentum_slots(run), velocity)
+        report[f"{name}_updates"] = run.step.update_step
+        report[f"{name}_micro_steps"] = run.step.micro_step
+    batch = distribute(strategy, micro[:REPLICAS])
+    report["accumulate_groups"], _ = traced_groups(counter, run.step.accumulate, batch)
+    report["update_groups"], report["update_tensors"] = traced_groups(
+        counter, run.step.accumulate_and_update, batch
+    )
+    report["variables"] = len(run.model.trainable_variables)
+    chatty = distributed(strategy, start, [], "sgd", ChattyStep)  # traced only
+    report["control_accumulate_groups"], _ = traced_groups(
+        counter, chatty.step.accumulate, batch
+    )
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

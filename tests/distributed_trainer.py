@@ -1,0 +1,160 @@
+"""Run as a script: the Trainer on 2 logical CPUs (MirroredStrategy).
+
+  resume      A run stopped mid-window (micro-step 4 of n=3 windows) and resumed
+              equals an uninterrupted one: weights, optimizer slots, accumulators
+              and both replicas' data positions survive the checkpoint.
+  replicas    A 1-replica checkpoint resumes on 2 replicas and a 2-replica one on 1,
+              each with a warning naming old and new tokens per update.
+  dropout     With dropout on, the two replicas draw different masks.
+
+Prints one JSON line.
+"""
+
+import json
+import logging as std_logging
+import os
+import signal
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * 2,
+)
+
+import t2t_lite  # noqa: F401
+from t2t_lite.hparams_sets import transformer_test
+from t2t_lite.training.trainer import RunConfig, Trainer
+
+N = 3
+
+
+def hparams(**overrides):
+    values = dict(
+        batch_size=64,
+        max_length=16,
+        optimizer_multistep_accumulate_steps=N,
+        layer_prepostprocess_dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+        learning_rate_schedule="constant*linear_decay",
+        learning_rate_constant=0.05,
+        learning_rate_decay_steps=3,
+    )
+    values.update(overrides)
+    return transformer_test().override(**values)
+
+
+class StopAt:
+    """A callback that sends this process SIGTERM after micro-step `step`: the
+    trainer saves that very step and returns, as on a pre-emption."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step(self, step, seconds):
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def trainer(output_dir, train_steps, strategy, hp=None, callbacks=()):
+    config = RunConfig(
+        problem="algorithmic_reverse",
+        model="transformer",
+        output_dir=output_dir,
+        train_steps=train_steps,
+        local_eval_frequency=0,
+        save_checkpoints_steps=1000,
+        log_steps=1000,
+        eval_steps=2,
+    )
+    return Trainer(config, hp or hparams(), strategy=strategy, callbacks=callbacks)
+
+
+def state(t):
+    """Weights and optimizer variables (slots, counters) as numpy arrays."""
+    return [v.numpy() for v in t.model.weights] + [
+        np.asarray(tf.convert_to_tensor(v)) for v in t.optimizer.variables
+    ]
+
+
+def ratio(actual, expected, rtol=1e-5, atol=1e-7):
+    return max(
+        float(np.max(np.abs(a - e) / (rtol * np.abs(e) + atol)))
+        for a, e in zip(actual, expected)
+    )
+
+
+def check_resume(root, strategy):
+    whole = trainer(f"{root}/whole", 9, strategy)
+    whole.train()
+    first = trainer(f"{root}/split", 9, strategy, callbacks=[StopAt(3)])
+    first.train()  # stopped after micro-step 4 of 9: inside the second window
+    stopped_at = first.step.micro_step
+    second = trainer(f"{root}/split", 9, strategy)
+    second.train()
+    return {
+        "resume_ratio": ratio(state(second), state(whole)),
+        "resume_updates": second.step.update_step,
+        "resume_micro_steps": second.step.micro_step,
+        "stopped_at": stopped_at,
+        "stopped_by": first.stopped_by,
+    }
+
+
+class WarningCatcher(std_logging.Handler):
+    def __init__(self):
+        super().__init__(std_logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def check_replica_change(root, mirrored):
+    catcher = WarningCatcher()
+    std_logging.getLogger("absl").addHandler(catcher)
+    single = tf.distribute.get_strategy()
+    trainer(f"{root}/one_to_two", 3, single).train()
+    grown = trainer(f"{root}/one_to_two", 6, mirrored)
+    grown.train()
+    trainer(f"{root}/two_to_one", 3, mirrored).train()
+    shrunk = trainer(f"{root}/two_to_one", 6, single)
+    shrunk.train()
+    std_logging.getLogger("absl").removeHandler(catcher)
+    changes = [m for m in catcher.messages if "replica(s) on" in m]
+    return {
+        "replica_change_warnings": changes,
+        "grown_updates": grown.step.update_step,
+        "shrunk_updates": shrunk.step.update_step,
+    }
+
+
+def check_dropout(root, strategy):
+    """The first micro-step's per-replica loss on the SAME batch, dropout on."""
+    t = trainer(
+        f"{root}/dropout", 1, strategy, hparams(layer_prepostprocess_dropout=0.5)
+    )
+    batch = next(iter(t.dataset("train", training=True, seed=1)))
+    same = strategy.experimental_distribute_values_from_function(lambda ctx: batch)
+    out = t.step(same, 0)
+    losses = [float(x) for x in out["loss_sum"]]
+    return {"dropout_replica_losses": losses}
+
+
+def main():
+    root = sys.argv[1]
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+    report = {}
+    report.update(check_resume(root, strategy))
+    report.update(check_replica_change(root, strategy))
+    report.update(check_dropout(root, strategy))
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
