@@ -25,7 +25,8 @@ pipeline is NOT measured. Every config consumes the same batches in the same ord
 --num_symbols enlarges the problem's vocabulary (vocab = num_symbols + 2) to see the
 sparse vs dense embedding-gradient difference at a realistic vocab size.
 
-Method: every config is built (same seed, same initial weights) and warmed up by one
+Method: every config is built (same seed, same initial weights; t2t_lite configs
+through the trainer's own build_run, see scripts/benchlib.py) and warmed up by one
 pass over the batch list, which traces every tf.function (both the accumulate and the
 accumulate-and-update functions of TrainStep) and lets oneDNN build its kernels for
 every batch shape; the list length is a whole number of windows, so each batch always
@@ -51,18 +52,14 @@ import statistics
 import sys
 import time
 
+import benchlib
 import keras
-import numpy as np
 import tensorflow as tf
 
-import t2t_lite  # registers everything
-from t2t_lite.data.pipeline import make_dataset
+import t2t_lite
 from t2t_lite.data.problems import AlgorithmicReverse
-from t2t_lite.models.transformer import Transformer, token_loss
-from t2t_lite.optim.optimizers import optimizer_from_hparams
+from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.schedule import schedule_from_hparams
-from t2t_lite.registry import HPARAMS_SETS
-from t2t_lite.training.train_step import TrainStep
 
 ALL_CONFIGS = (
     "t2t_n1",
@@ -74,14 +71,6 @@ ALL_CONFIGS = (
 )
 DEFAULT_CONFIGS = "t2t_n1,t2t_n8,keras_n8,t2t_n1_unshared,t2t_n8_unshared"
 BASELINE = "t2t_n1"
-
-_BATCH_SIGNATURE = (
-    {
-        "inputs": tf.TensorSpec([None, None], tf.int32),
-        "targets": tf.TensorSpec([None, None], tf.int32),
-    },
-)
-
 
 # --- arguments -----------------------------------------------------------------------
 
@@ -157,9 +146,11 @@ def parse_args(argv):
 
 
 def build_hparams(args):
-    hp = HPARAMS_SETS.get(args.hparams_set)().parse(args.hparams)
-    return hp.override(
-        batch_size=args.batch_size, optimizer_multistep_accumulate_steps=1
+    return benchlib.hparams(
+        args.hparams_set,
+        args.hparams,
+        batch_size=args.batch_size,
+        optimizer_multistep_accumulate_steps=1,
     )
 
 
@@ -167,21 +158,10 @@ def build_hparams(args):
 
 
 def fixed_batches(hp, args):
-    """(list of {"inputs", "targets"} int32 tensors, list of non-pad target counts)."""
+    """(list of {"inputs", "targets"} int32 tensors, list of non-pad target counts,
+    vocab size)."""
     problem = AlgorithmicReverse(num_symbols=args.num_symbols, seed=args.seed)
-    dataset = make_dataset(
-        problem.dataset("train"),
-        batch_size=hp.batch_size,
-        max_length=hp.max_length,
-        min_length_bucket=hp.min_length_bucket,
-        length_bucket_step=hp.length_bucket_step,
-        training=True,
-        seed=args.seed,
-    )
-    batches, tokens = [], []
-    for batch in dataset.take(args.num_batches):
-        batches.append({k: tf.constant(v.numpy()) for k, v in batch.items()})
-        tokens.append(int(np.count_nonzero(batch["targets"].numpy())))
+    batches, tokens = benchlib.fixed_batches(problem, hp, args.num_batches, args.seed)
     return batches, tokens, problem.vocab_size
 
 
@@ -201,32 +181,15 @@ def describe_batches(batches, tokens):
 # --- configs -------------------------------------------------------------------------
 
 
-def _build_model(hp, vocab_size, seed):
-    keras.utils.set_random_seed(seed)
-    model = Transformer.from_hparams(hp, vocab_size)
-    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
-    return model
-
-
 def t2t_config(hp, vocab_size, n, seed, train_steps):
-    """A TrainStep built like tests/accumulation_helpers.build() does."""
+    """The trainer's own TrainStep (build_run), accumulating n micro-batches."""
     hp = hp.override(optimizer_multistep_accumulate_steps=n)
-    model = _build_model(hp, vocab_size, seed)
-    optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, train_steps))
-    step = TrainStep(
-        model,
-        optimizer,
-        accumulate_steps=n,
-        label_smoothing=hp.label_smoothing,
-        clip_grad_norm=hp.clip_grad_norm,
-        weight_decay=hp.weight_decay,
-    )
-    return step
+    return benchlib.build_seeded_run(hp, vocab_size, train_steps, seed).step
 
 
 def keras_config(hp, vocab_size, n, seed, train_steps):
     """A plain Keras-style step: mean loss per micro-batch, Adam(gradient_accumulation_steps)."""
-    model = _build_model(hp, vocab_size, seed)
+    model = benchlib.build_seeded_model(hp, vocab_size, seed)
     optimizer = keras.optimizers.Adam(
         learning_rate=schedule_from_hparams(hp, train_steps),
         beta_1=hp.optimizer_adam_beta1,
@@ -237,7 +200,7 @@ def keras_config(hp, vocab_size, n, seed, train_steps):
     variables = model.trainable_variables
     optimizer.build(variables)
 
-    @tf.function(input_signature=_BATCH_SIGNATURE)
+    @tf.function(input_signature=benchlib.batch_signature())
     def train_step(batch):
         with tf.GradientTape() as tape:
             logits = model(batch, training=True)
@@ -361,10 +324,11 @@ def timed_repetition(runners, batches, tokens, steps, window):
     """Every config runs `steps` micro-steps, interleaved one window at a time, so all
     configs see the same machine load to within about a second (this machine is
     shared); the order rotates so no config always follows the same one."""
-    for chunk in range(steps // window):
-        k = chunk % len(runners)
-        for runner in runners[k:] + runners[:k]:
-            runner.run(batches, tokens, window, record=True)
+    benchlib.interleave(
+        runners,
+        steps // window,
+        lambda runner, _: runner.run(batches, tokens, window, record=True),
+    )
     for runner in runners:
         runner.end_repetition()
 
@@ -374,12 +338,6 @@ def timed_repetition(runners, batches, tokens, steps, window):
 
 def _median_or_nan(values):
     return statistics.median(values) if values else float("nan")
-
-
-def paired_ratio(runner, base):
-    """Median over repetitions of rate / baseline rate of the same repetition: the
-    two were interleaved window by window, so changes in machine load cancel."""
-    return statistics.median(r / b for r, b in zip(runner.rates, base.rates))
 
 
 def print_table(runners, args, steps):
@@ -399,10 +357,9 @@ def print_table(runners, args, steps):
     print("-" * len(header))
     for r in runners:
         rate = statistics.median(r.rates)
-        spread = (max(r.rates) - min(r.rates)) / rate
         print(
             f"{r.name:<16} {r.n:>2} {rate:>13.2f} {statistics.median(r.token_rates):>9.0f} "
-            f"{paired_ratio(r, base):>9.3f}x {100 * spread:>6.1f}% {1e3 / rate:>8.1f} "
+            f"{benchlib.median_ratio(r.rates, base.rates):>9.3f}x {benchlib.spread(r.rates):>6.1f}% {1e3 / rate:>8.1f} "
             f"{_median_or_nan(r.accumulate_ms):>8.1f} "
             f"{_median_or_nan(r.update_ms):>9.1f} "
             f"{statistics.median(r.cpu_ms):>12.1f}"
@@ -424,17 +381,13 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     t0 = time.perf_counter()
     print(f"t2t_lite imported from {os.path.dirname(t2t_lite.__file__)}")
-    print(f"load average at start: {_load()} (other processes skew the numbers)")
+    benchlib.print_start()
     runners, steps = run_benchmark(args)
     print_table(runners, args, steps)
     print(
         f"\ntotal wall time {time.perf_counter() - t0:.0f}s, "
-        f"load average at end: {_load()}"
+        f"load average at end: {benchlib.load_average()}"
     )
-
-
-def _load():
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Transformer.decode over the whole prefix at every step, like T2T's slow path, so
 cost per sentence grows with the square of the output length. Side by side in one
 process, for greedy search and beam 4 (alpha 0.6):
 
-  1. Real translation: transformer_tiny trained on translate_numbers_en_fr exactly as
-     tests/conftest.py does (3000/200 pairs, 300 steps, in a temp dir, ~20 s), or an
+  1. Real translation: transformer_tiny trained on translate_numbers_en_fr by
+     benchlib.train_numbers_model, the function tests/conftest.py's numbers_run
+     fixture also calls (3000/200 pairs, 300 steps, in a temp dir, ~20 s), or an
      existing run (--output_dir and --data_dir, e.g. runs/quickstart_numbers and
      data/numbers_en_fr). Decoder.translate (SentencePiece included) of the first
      --sentences dev sentences, 32 a batch; cached and uncached must agree.
@@ -43,18 +44,12 @@ import sys
 import tempfile
 import time
 
-import keras
+import benchlib
 import numpy as np
 import tensorflow as tf
 
-import t2t_lite  # noqa: F401  (registers problems, models, hparams sets)
-from t2t_lite.data import datagen
-from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding
-from t2t_lite.models.transformer import Transformer
-from t2t_lite.registry import HPARAMS_SETS
-from t2t_lite.training.trainer import RunConfig, Trainer
 
 SEARCHES = (("greedy", 1), ("beam4", 4))
 SOURCE_LENGTH = 20  # part 2: tokens per random source, EOS included
@@ -108,13 +103,14 @@ def measure_pairs(model, max_input_length, cases, repeats, label, run, warm=None
         start = time.perf_counter()
         (warm or run)(decoder)
         pairs[key].first[cache] = time.perf_counter() - start
-    for rep in range(repeats):
-        k = rep % len(decoders)
-        for key, cache, decoder in decoders[k:] + decoders[:k]:
-            start = time.perf_counter()
-            pairs[key].outputs[cache] = run(decoder)
-            pairs[key].times[cache].append(time.perf_counter() - start)
-        print(f"{label}: repetition {rep + 1}/{repeats} done", flush=True)
+
+    def run_one(case, _):
+        key, cache, decoder = case
+        start = time.perf_counter()
+        pairs[key].outputs[cache] = run(decoder)
+        pairs[key].times[cache].append(time.perf_counter() - start)
+
+    benchlib.interleave(decoders, repeats, run_one, label)
     return pairs
 
 
@@ -131,44 +127,12 @@ def row(part, model, search, pair, lengths):
         f"{f'{pair.first[True]:.1f}/{pair.first[False]:.1f}':>14} "
         f"{n / statistics.median(cached):>13.2f} "
         f"{n / statistics.median(uncached):>15.2f} {speedup:>7.2f} "
-        f"{f'{_spread(cached):.0f}/{_spread(uncached):.0f}':>11} "
+        f"{f'{benchlib.spread(cached):.0f}/{benchlib.spread(uncached):.0f}':>11} "
         f"{identical:>13}"
     )
 
 
-def _spread(times):
-    return 100 * (max(times) - min(times)) / statistics.median(times)
-
-
 # --- part 1: real translation --------------------------------------------------------
-
-
-def train_numbers_model(root):
-    """As tests/conftest.py's numbers_run: ~20 s of datagen and training."""
-    data_dir, output_dir = os.path.join(root, "data"), os.path.join(root, "run")
-    datagen.generate(
-        TranslateNumbersEnFr(train_size=3000, dev_size=200),
-        data_dir,
-        config=datagen.DatagenConfig(num_shards=2),
-        log=lambda _: None,
-    )
-    hp = HPARAMS_SETS.get("transformer_tiny_fake_gpu4")().parse(
-        "optimizer_multistep_accumulate_steps=1,learning_rate_warmup_steps=100"
-    )
-    config = RunConfig(
-        problem="translate_numbers_en_fr",
-        model="transformer",
-        output_dir=output_dir,
-        data_dir=data_dir,
-        train_steps=300,
-        eval_steps=0,
-        local_eval_frequency=150,
-        save_checkpoints_steps=150,
-        log_steps=150,
-        eval_bleu_sentences=100,
-    )
-    Trainer(config, hp).train()
-    return output_dir, data_dir
 
 
 def bench_translation(args, output_dir, data_dir):
@@ -203,10 +167,8 @@ def bench_translation(args, output_dir, data_dir):
 
 
 def bench_long(hparams_set, batch, repeats, args):
-    keras.utils.set_random_seed(args.seed)
-    hp = HPARAMS_SETS.get(hparams_set)()
-    model = Transformer.from_hparams(hp, vocab_size=VOCAB_SIZE)
-    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
+    hp = benchlib.hparams(hparams_set)
+    model = benchlib.build_seeded_model(hp, VOCAB_SIZE, args.seed)
     rng = np.random.default_rng(args.seed)
     sources = [
         rng.integers(2, VOCAB_SIZE, SOURCE_LENGTH - 1).tolist() + [1]
@@ -246,8 +208,7 @@ HEADER = (  # row()'s widths
 def print_table(rows, started):
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (on)")
     print(
-        f"\n{os.cpu_count()} CPU cores, TF {tf.__version__}, Keras {keras.__version__}, "
-        f"TF_ENABLE_ONEDNN_OPTS={onednn}, load average {_load()}, "
+        f"\n{benchlib.environment()}, TF_ENABLE_ONEDNN_OPTS={onednn}, "
         f"total wall time {time.perf_counter() - started:.0f}s"
     )
     print(HEADER + "\n" + "-" * len(HEADER))
@@ -263,20 +224,16 @@ def print_table(rows, started):
     )
 
 
-def _load():
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     tf.get_logger().setLevel("ERROR")  # one tf.function per Decoder: retrace warnings
-    print(f"load average at start: {_load()} (other processes skew the numbers)")
+    benchlib.print_start()
     with tempfile.TemporaryDirectory() as root:
         if args.output_dir:
             output_dir, data_dir = args.output_dir, args.data_dir
         else:
-            output_dir, data_dir = train_numbers_model(root)
+            data_dir, output_dir, _ = benchlib.train_numbers_model(root)
             print(f"trained the numbers model in {time.perf_counter() - started:.0f}s")
         rows = bench_translation(args, output_dir, data_dir)
     if not args.skip_long:

@@ -1,19 +1,20 @@
 """What --deterministic costs: the quick-start run with and without it, side by side.
 
 TF op determinism is process-wide and cannot be switched off again, so each variant
-runs as its own `t2t-trainer` process, alternating, and the script prints the median
-training throughput (target tokens/s from the trainer's own log lines, start-up and
-evaluation excluded) and the ratio.
+runs as its own `t2t-trainer` process, interleaved (rotating which goes first), and the
+script prints each run's throughput (the median of its log lines' target tokens/s,
+the first line, which includes tracing, excluded; start-up and evaluation are not in
+them), the medians, and the median over rounds of the per-round ratio.
 
-    python scripts/bench_determinism.py [--steps 600] [--repeats 2]
+    python scripts/bench_determinism.py [--steps 600] [--repeats 2]   # ~3 min
 """
 
 import argparse
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
+
+import benchlib
 
 FLAGS = [
     "--problem=algorithmic_reverse",
@@ -29,7 +30,6 @@ def tokens_per_second(steps, deterministic):
     """Median tokens/s over the run's log lines, the first (tracing) one excluded."""
     with tempfile.TemporaryDirectory() as out:
         command = [
-            sys.executable,
             "-m",
             "t2t_lite.bin.trainer",
             *FLAGS,
@@ -38,7 +38,7 @@ def tokens_per_second(steps, deterministic):
         ]
         if deterministic:
             command.append("--deterministic")
-        log = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+        _, log = benchlib.run_python(command)
     rates = [float(r) for r in re.findall(r"([\d.]+) tokens/s", log)]
     return statistics.median(rates[1:])
 
@@ -49,14 +49,21 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     results = {False: [], True: []}
-    for _ in range(args.repeats):
-        for deterministic in (False, True):
-            results[deterministic].append(tokens_per_second(args.steps, deterministic))
+
+    def run_one(deterministic, round_index):
+        rate = tokens_per_second(args.steps, deterministic)
+        results[deterministic].append(rate)
+        name = "--deterministic" if deterministic else "default"
+        print(f"round {round_index + 1} {name:>15}: {rate:.0f} tokens/s", flush=True)
+
+    print(benchlib.environment())
+    benchlib.interleave((False, True), args.repeats, run_one)
     plain = statistics.median(results[False])
     det = statistics.median(results[True])
-    print(f"default        {plain:10.0f} tokens/s")
-    print(f"--deterministic {det:9.0f} tokens/s")
-    print(f"ratio deterministic/default: {det / plain:.3f}")
+    print(f"default         {plain:9.0f} tokens/s (median)")
+    print(f"--deterministic {det:9.0f} tokens/s (median)")
+    ratio = benchlib.median_ratio(results[True], results[False])
+    print(f"ratio deterministic/default: {ratio:.3f} (median of per-round ratios)")
 
 
 if __name__ == "__main__":

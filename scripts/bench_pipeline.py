@@ -17,7 +17,7 @@ sentence, a word-by-word "translation" into a second pseudo-language, so that an
                  b) "live": pulling from the pipeline while training (the trainer's
                  real setting: both share the CPU). For each --models hparams set
                  (transformer_tiny, and transformer_base with --base_steps steps),
-                 3 alternating rounds each; medians. Besides wall-clock rates it
+                 3 interleaved rounds each (rotating order); medians. Besides wall-clock rates it
                  reports this process's CPU seconds per 1k tokens (all threads), a
                  measure of the pipeline's cost that other processes on the machine
                  do not disturb much, and the share of the live run's wall time
@@ -43,18 +43,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import benchlib
+import numpy as np
 
-import t2t_lite  # noqa: E402,F401  (registers everything)
-from t2t_lite.data import datagen  # noqa: E402
-from t2t_lite.data.pipeline import make_dataset  # noqa: E402
-from t2t_lite.data.text_problems import TranslateParallelText  # noqa: E402
-from t2t_lite.models.transformer import Transformer  # noqa: E402
-from t2t_lite.optim.optimizers import optimizer_from_hparams  # noqa: E402
-from t2t_lite.optim.schedule import schedule_from_hparams  # noqa: E402
-from t2t_lite.registry import HPARAMS_SETS  # noqa: E402
-from t2t_lite.training.train_step import TrainStep  # noqa: E402
+from t2t_lite.data import datagen
+from t2t_lite.data.text_problems import TranslateParallelText
 
 
 def parse_args(argv):
@@ -170,21 +163,27 @@ def report_datagen(args, summary, phases, total, mean_words):
 # --- 2. pipeline ---------------------------------------------------------------------
 
 
-def training_dataset(problem, data_dir, args):
-    return make_dataset(
-        problem.dataset("train", data_dir),
+def build_hparams(hparams_set, args):
+    return benchlib.hparams(
+        hparams_set,
         batch_size=args.batch_size,
         max_length=args.max_length,
-        training=True,
-        seed=args.seed,
+        optimizer="adam",
+        optimizer_multistep_accumulate_steps=1,
     )
+
+
+def training_dataset(problem, data_dir, args):
+    """The trainer's training batches, with transformer_base's bucketing."""
+    hp = build_hparams("transformer_base", args)
+    return benchlib.problem_batches(problem, hp, args.seed, data_dir=data_dir)
 
 
 def batch_tokens(batch):
     targets = batch["targets"]
     rows = int(targets.shape[0])
     width = max(int(batch["inputs"].shape[1]), int(targets.shape[1]))
-    return int(np.count_nonzero(targets.numpy())), rows * width
+    return benchlib.non_pad_tokens(batch), rows * width
 
 
 def bench_pipeline(problem, data_dir, args):
@@ -216,24 +215,9 @@ def bench_pipeline(problem, data_dir, args):
 
 
 def build_step(hparams_set, vocab_size, args):
-    hp = HPARAMS_SETS.get(hparams_set)().override(
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        optimizer="adam",
-        optimizer_multistep_accumulate_steps=1,
-    )
-    tf.keras.utils.set_random_seed(args.seed)
-    model = Transformer.from_hparams(hp, vocab_size)
-    model({"inputs": tf.ones([1, 2], tf.int32), "targets": tf.ones([1, 2], tf.int32)})
-    optimizer = optimizer_from_hparams(hp, schedule_from_hparams(hp, 100000))
-    return TrainStep(
-        model,
-        optimizer,
-        accumulate_steps=1,
-        label_smoothing=hp.label_smoothing,
-        clip_grad_norm=hp.clip_grad_norm,
-        weight_decay=hp.weight_decay,
-    )
+    """The trainer's own TrainStep (build_run), n=1."""
+    hp = build_hparams(hparams_set, args)
+    return benchlib.build_seeded_run(hp, vocab_size, 100000, args.seed).step
 
 
 def _total(value):
@@ -266,17 +250,20 @@ def _timed(step, batches, first_step):
 
 
 def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
-    """(fixed, live) target tokens/s: `rounds` alternating rounds of `steps` each."""
+    """(fixed, live) target tokens/s: `rounds` interleaved rounds of `steps` each."""
     step = build_step(hparams_set, problem.vocab_size, args)
     live = iter(training_dataset(problem, data_dir, args))
     fixed = [next(live) for _ in range(steps)]
     for i in range(3):  # trace once, let oneDNN build its kernels
         step(next(live), i)
-    done, runs = 3, {"fixed": [], "live": []}
-    for _ in range(rounds):
-        runs["fixed"].append(_timed(step, fixed, done))
-        runs["live"].append(_timed(step, (next(live) for _ in range(steps)), done))
-        done += 2 * steps
+    done, runs = [3], {"fixed": [], "live": []}
+
+    def run_one(kind, _):
+        batches = fixed if kind == "fixed" else (next(live) for _ in range(steps))
+        runs[kind].append(_timed(step, batches, done[0]))
+        done[0] += steps
+
+    benchlib.interleave(("fixed", "live"), rounds, run_one)
     (rate_fixed, cpu_fixed, _), (rate_live, cpu_live, wait_live) = (
         np.median(np.asarray(runs[k]), axis=0).tolist() for k in ("fixed", "live")
     )
@@ -298,10 +285,7 @@ def main(argv):
     args = parse_args(argv)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_pipeline_")
     os.makedirs(work_dir, exist_ok=True)
-    print(
-        f"work dir {work_dir}; {os.cpu_count()} CPUs; TF {tf.__version__}; "
-        f"load average {os.getloadavg()[0]:.2f}"
-    )
+    print(f"work dir {work_dir}; {benchlib.environment()}")
     data_dir, summary, phases, total, mean_words = bench_datagen(args, work_dir)
     report_datagen(args, summary, phases, total, mean_words)
     problem = TranslateParallelText()
@@ -320,7 +304,7 @@ def main(argv):
             f"{fixed:>8,.0f} = {pipeline['target tokens/s'] / fixed:6.1f}x; "
             f"live/fixed {live / fixed:.2f}"
         )
-    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    print(f"load average at the end {benchlib.load_average()}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import tensorflow as tf
 from t2t_lite import registrations  # noqa: F401  (registers problems, models, sets)
 from t2t_lite.data import datagen
 from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
-from t2t_lite.data.pipeline import make_dataset
+from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.models.factory import build_model, example_features
 from t2t_lite.registry import HPARAMS_SETS, MODELS
 from t2t_lite.training.build import build_run
@@ -110,14 +110,15 @@ def non_pad_tokens(batch):
 def problem_batches(problem, hp, seed, replica=0, num_replicas=1, data_dir=None):
     """The training batches of `problem` as the trainer makes them (token buckets of
     hp.batch_size tokens, shuffled with `seed`, repeated), for one replica's shard."""
-    return make_dataset(
-        problem.replica_dataset("train", data_dir, replica, num_replicas),
-        batch_size=hp.batch_size,
-        max_length=hp.max_length,
-        min_length_bucket=hp.min_length_bucket,
-        length_bucket_step=hp.length_bucket_step,
+    return batches_from_hparams(
+        problem,
+        hp,
+        "train",
+        data_dir=data_dir,
         training=True,
         seed=seed,
+        replica=replica,
+        num_replicas=num_replicas,
     )
 
 

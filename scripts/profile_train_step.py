@@ -3,23 +3,29 @@
 Runs the real training loop, t2t_lite.training.trainer.Trainer.train(), unmodified, with
 a RunConfig like configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on
 algorithmic_reverse, 2000 micro-steps, save and eval every 500) in a temporary
-output_dir, and times its parts by wrapping methods of this process's objects (no
-library file is changed):
+output_dir, and times its parts through the Trainer's timing callbacks (`on_input`,
+`on_step`, `on_save`, `on_evaluate`; nothing is patched):
 
-  start-up       Trainer construction: problem data, model, optimizer, TrainStep
-  train() setup  iterator creation, restore attempt, first log line
-  input wait     time inside the training iterator's __next__ (first call separately:
-                 it fills the shuffle buffer)
-  step           TrainStep.__call__: Python dispatch + the compiled step; the first
-                 call of each compiled function (tracing) is reported separately
-  meter.add      the throughput meter's add() (it used to do two float() per micro-step)
-  divergence     Trainer._check_divergence, if present: reads a counter every update
-  log/save/eval  Trainer._log, Trainer.save, Trainer.evaluate
-  loop rest      loop wall time minus all of the above (range, modulo tests, ...)
+  start-up        Trainer construction: problem data, model, optimizer, TrainStep
+  first input     the first wait for a training batch (fills the shuffle buffer)
+  trace accumulate / trace update
+                  the first call of TrainStep.accumulate / accumulate_and_update
+                  (tf.function tracing); which function a step called is known from
+                  the step index (TrainStep.is_update_micro_step)
+  input wait      the other waits for the next training batch
+  step accumulate / step update
+                  the other step calls: Python dispatch + the compiled step
+  save / evaluate checkpoint writes and dev-set evaluations, the first apart
+  loop rest       train() wall time minus all of the above: iterator creation, the
+                  restore attempt, the throughput meter, log lines (with their
+                  skipped-update check and TensorBoard writes), the Python loop
 
-Then three micro-measurements put the per-micro-step numbers in context: float() on a
-step output, the fixed cost of calling a tf.function with the step's input signature
-(Python dispatch), and the input pipeline alone (batches/s with nothing else running).
+Then micro-measurements put the per-micro-step numbers in context: the step fed by the
+live pipeline vs the same batches from memory, float() on a step output (the cost of
+a host sync per micro-step, which the loop avoids: its meter keeps tensors until a log
+line), the fixed cost of calling a tf.function with the step's input signature (Python
+dispatch), the input pipeline alone, and (--op_stats_steps) a table of TF op types from
+the TF profiler.
 
 --profiler=pyinstrument (pip install pyinstrument; not a t2t_lite dependency) or
 --profiler=cprofile additionally profiles the train() call and prints the call tree or
@@ -27,7 +33,7 @@ the top functions. To try a candidate fix, copy the package outside the reposito
 edit the copy and run this script with PYTHONPATH pointing at the copy; the script
 prints which t2t_lite it imported.
 
-Run (from the repository root):
+Run (from the repository root; ~2 min on 2 idle cores):
 
   python scripts/profile_train_step.py
   python scripts/profile_train_step.py --profiler=pyinstrument
@@ -37,7 +43,6 @@ Run (from the repository root):
 
 import argparse
 import collections
-import contextlib
 import glob
 import json
 import os
@@ -47,21 +52,12 @@ import sys
 import tempfile
 import time
 
+import benchlib
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.data.ops import iterator_ops
 
 import t2t_lite
-from t2t_lite.registry import HPARAMS_SETS
-from t2t_lite.training import trainer as trainer_module
 from t2t_lite.training.trainer import RunConfig, Trainer
-
-_BATCH_SIGNATURE = (
-    {
-        "inputs": tf.TensorSpec([None, None], tf.int32),
-        "targets": tf.TensorSpec([None, None], tf.int32),
-    },
-)
 
 
 def parse_args(argv):
@@ -111,18 +107,23 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-# --- timers --------------------------------------------------------------------------
+# --- timing callbacks ----------------------------------------------------------------
 
 
-class Timers:
-    """Named lists of durations in seconds."""
+class PhaseTimer:
+    """A Trainer callback: named lists of durations in seconds, each phase's first
+    call (tracing, buffers filling, first checkpoint) under "<phase> (1st)"."""
 
     def __init__(self):
         self.samples = collections.defaultdict(list)
-        self.in_eval = False
+        self.is_update = None  # set to the run's TrainStep.is_update_micro_step
 
     def add(self, name, seconds):
         self.samples[name].append(seconds)
+
+    def add_first_apart(self, name, seconds):
+        first = f"{name} (1st)"
+        self.add(name if self.samples[first] else first, seconds)
 
     def total(self, name):
         return sum(self.samples.get(name, ()))
@@ -130,101 +131,27 @@ class Timers:
     def count(self, name):
         return len(self.samples.get(name, ()))
 
-    def timed(self, name, fn, first_apart=False):
-        """fn, timed under `name`; with first_apart the first call (which may trace a
-        tf.function) goes under "`name` (1st)"."""
+    # The Trainer's callback interface.
 
-        def wrapper(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                first = first_apart and not self.count(f"{name} (1st)")
-                self.add(f"{name} (1st)" if first else name, time.perf_counter() - t0)
+    def on_input(self, seconds):
+        self.add_first_apart("input wait", seconds)
 
-        return wrapper
+    def on_step(self, step, seconds):
+        kind = "update" if self.is_update(step) else "accumulate"
+        self.add_first_apart(f"step {kind}", seconds)
 
+    def on_save(self, seconds):
+        self.add_first_apart("save", seconds)
 
-class TimedStep:
-    """Stands in for trainer.step: times each call, first calls (tracing) apart."""
-
-    def __init__(self, step, timers):
-        self._step, self._timers = step, timers
-        self._seen = set()
-
-    def __call__(self, batch, global_step):
-        kind = (
-            "update" if self._step.is_update_micro_step(global_step) else "accumulate"
-        )
-        t0 = time.perf_counter()
-        out = self._step(batch, global_step)
-        name = f"step {kind}" if kind in self._seen else f"trace {kind}"
-        self._seen.add(kind)
-        self._timers.add(name, time.perf_counter() - t0)
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self._step, name)
-
-
-def _meter_class():
-    """The loop's throughput meter class (renamed once; both names are looked up)."""
-    for name in ("ThroughputMeter", "_ThroughputMeter"):
-        if hasattr(trainer_module, name):
-            return getattr(trainer_module, name)
-    raise RuntimeError("t2t_lite.training.trainer has no ThroughputMeter to time.")
-
-
-@contextlib.contextmanager
-def instrumented(trainer, timers):
-    """Wraps the loop's parts for the duration of the block; restores them after."""
-    original_next = iterator_ops.OwnedIterator.__next__
-    meter_class = _meter_class()
-    original_add = meter_class.add
-
-    def timed_next(iterator):
-        if timers.in_eval:
-            return original_next(iterator)
-        name = "input wait" if timers.count("first next") else "first next"
-        t0 = time.perf_counter()
-        try:
-            return original_next(iterator)
-        finally:
-            timers.add(name, time.perf_counter() - t0)
-
-    def timed_evaluate(evaluate):
-        def wrapper(*args, **kwargs):
-            timers.in_eval = True
-            try:
-                return evaluate(*args, **kwargs)
-            finally:
-                timers.in_eval = False
-
-        return timers.timed("evaluate", wrapper, first_apart=True)
-
-    iterator_ops.OwnedIterator.__next__ = timed_next
-    meter_class.add = timers.timed("meter.add", original_add)
-    trainer.step = TimedStep(trainer.step, timers)
-    trainer._log = timers.timed("log", trainer._log, first_apart=True)
-    if hasattr(trainer, "_check_divergence"):  # reads a counter on every update
-        trainer._check_divergence = timers.timed(
-            "divergence check", trainer._check_divergence
-        )
-    trainer.save = timers.timed("save", trainer.save, first_apart=True)
-    trainer.evaluate = timed_evaluate(trainer.evaluate)
-    try:
-        yield
-    finally:
-        iterator_ops.OwnedIterator.__next__ = original_next
-        meter_class.add = original_add
-        trainer.step = trainer.step._step
+    def on_evaluate(self, seconds):
+        self.add_first_apart("evaluate", seconds)
 
 
 # --- the run -------------------------------------------------------------------------
 
 
-def make_trainer(args, output_dir, timers):
-    hp = HPARAMS_SETS.get(args.hparams_set)().parse(args.hparams)
+def make_trainer(args, output_dir, timer):
+    hp = benchlib.hparams(args.hparams_set, args.hparams)
     config = RunConfig(
         problem=args.problem,
         model="transformer",
@@ -236,8 +163,9 @@ def make_trainer(args, output_dir, timers):
         log_steps=args.log_steps,
     )
     t0 = time.perf_counter()
-    trainer = Trainer(config, hp)
-    timers.add("start-up", time.perf_counter() - t0)
+    trainer = Trainer(config, hp, callbacks=[timer])
+    timer.add("start-up", time.perf_counter() - t0)
+    timer.is_update = trainer.step.is_update_micro_step
     return trainer
 
 
@@ -270,19 +198,19 @@ def _print_profile(profiler, args):
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
 
 
-def train(trainer, timers, args):
-    """trainer.train() with the loop's parts timed (and profiled, if asked)."""
-    with instrumented(trainer, timers):
-        profiler = _start_profiler(args.profiler)
-        t0 = time.perf_counter()
-        try:
-            record = trainer.train()
-        finally:
-            timers.add("train()", time.perf_counter() - t0)
-            if args.profiler == "pyinstrument":
-                profiler.stop()
-            elif args.profiler == "cprofile":
-                profiler.disable()
+def train(trainer, timer, args):
+    """trainer.train(), timed as a whole (and profiled, if asked); the callbacks
+    time its parts."""
+    profiler = _start_profiler(args.profiler)
+    t0 = time.perf_counter()
+    try:
+        record = trainer.train()
+    finally:
+        timer.add("train()", time.perf_counter() - t0)
+        if args.profiler == "pyinstrument":
+            profiler.stop()
+        elif args.profiler == "cprofile":
+            profiler.disable()
     if profiler is not None:
         _print_profile(profiler, args)
     return record
@@ -301,7 +229,7 @@ def _median_call_seconds(fn, calls):
 
 
 def float_cost(trainer, batch):
-    """Seconds for one float() of a step output (both outputs: twice this)."""
+    """Seconds for one float() of a step output: a host sync."""
     out = trainer.step.accumulate(batch)
     value = tf.nest.flatten(out["loss_sum"])[0]  # may be one tensor per replica
     return _median_call_seconds(lambda: float(value), 2000)
@@ -311,7 +239,7 @@ def dispatch_cost(batch):
     """Seconds to call a tf.function with the step's signature and an empty body."""
     empty = tf.function(
         lambda b: {"loss_sum": tf.constant(0.0), "tokens": tf.constant(0.0)},
-        input_signature=_BATCH_SIGNATURE,
+        input_signature=benchlib.batch_signature(),
     )
     empty(batch)
     return _median_call_seconds(lambda: empty(batch), 2000)
@@ -340,10 +268,14 @@ def pipeline_interference(trainer, chunks, chunk_steps, start_step):
 
 def op_type_stats(trainer, steps, start_step):
     """{op type: self seconds per micro-step} of `steps` step calls, from the TF
-    profiler (its private xspace converter: the profile plugin is not installed)."""
-    from tensorflow.python.profiler.internal import (  # pylint: disable=import-outside-toplevel
-        _pywrap_profiler_plugin as plugin,
-    )
+    profiler, or None if this TF has no xspace converter (it is TF's internal one:
+    the TensorBoard profile plugin is not installed)."""
+    try:
+        from tensorflow.python.profiler.internal import (  # pylint: disable=import-outside-toplevel
+            _pywrap_profiler_plugin as plugin,
+        )
+    except ImportError:
+        return None
 
     iterator = iter(trainer.dataset("train", training=True, seed=3))
     batches = [next(iterator) for _ in range(steps)]
@@ -399,34 +331,34 @@ def pipeline_alone(trainer, batches):
 # --- report --------------------------------------------------------------------------
 
 
-def report(timers, args, extras):
+def report(timer, args, extras):
     steps = args.train_steps
-    loop = timers.total("train()")
+    loop = timer.total("train()")
     parts = [
-        "first next",
-        "trace accumulate",
-        "trace update",
+        "input wait (1st)",
+        "step accumulate (1st)",
+        "step update (1st)",
         "input wait",
         "step accumulate",
         "step update",
-        "meter.add",
-        "divergence check",
-        "log (1st)",
-        "log",
         "save (1st)",
         "save",
         "evaluate (1st)",
         "evaluate",
     ]
-    accounted = sum(timers.total(p) for p in parts)
-    rows = [("start-up (Trainer())", timers.total("start-up"), 1)]
-    rows += [(p, timers.total(p), timers.count(p)) for p in parts]
-    rows.append(("loop rest / setup", loop - accounted, steps))
-    total = timers.total("start-up") + loop
+    names = {  # the report's names for the first calls
+        "input wait (1st)": "first input",
+        "step accumulate (1st)": "trace accumulate",
+        "step update (1st)": "trace update",
+    }
+    accounted = sum(timer.total(p) for p in parts)
+    rows = [("start-up (Trainer())", timer.total("start-up"), 1)]
+    rows += [(names.get(p, p), timer.total(p), timer.count(p)) for p in parts]
+    rows.append(("loop rest", loop - accounted, steps))
+    total = timer.total("start-up") + loop
     print(
-        f"\n{steps} micro-steps, {args.hparams_set} on {args.problem}, "
-        f"{os.cpu_count()} CPU cores, TF {tf.__version__}; "
-        f"load average now {os.getloadavg()[0]:.2f}"
+        f"\n{steps} micro-steps, {args.hparams_set} on {args.problem}; "
+        f"{benchlib.environment()}"
     )
     header = (
         f"{'part':<22} {'calls':>6} {'total s':>8} {'ms/call':>9} "
@@ -453,7 +385,7 @@ def report(timers, args, extras):
     )
     print(
         f"  float() of one step output       {1e3 * extras['float']:.4f} ms "
-        f"(meter.add does 2 per micro-step)"
+        f"(a host sync; the loop does one per log line, not per micro-step)"
     )
     print(
         f"  empty tf.function call, same sig {1e3 * extras['dispatch']:.3f} ms "
@@ -467,10 +399,10 @@ def main(argv=None):
     logging.set_verbosity(logging.WARNING)
     print(f"t2t_lite imported from {os.path.dirname(t2t_lite.__file__)}")
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="t2t_profile_")
-    timers = Timers()
+    timer = PhaseTimer()
     try:
-        trainer = make_trainer(args, output_dir, timers)
-        record = train(trainer, timers, args)
+        trainer = make_trainer(args, output_dir, timer)
+        record = train(trainer, timer, args)
         print(
             f"final eval: loss {record['loss']:.4f}, accuracy {record['accuracy']:.4f}"
         )
@@ -483,10 +415,14 @@ def main(argv=None):
             "dispatch": dispatch_cost(batch),
             "pipeline": pipeline_alone(trainer, args.pipeline_batches),
         }
-        report(timers, args, extras)
+        report(timer, args, extras)
         if args.op_stats_steps > 0:
             start = args.train_steps + 12 * args.interference_chunk
-            print_op_stats(op_type_stats(trainer, args.op_stats_steps, start))
+            totals = op_type_stats(trainer, args.op_stats_steps, start)
+            if totals is None:
+                print("\nno TF op table: this TF has no xspace converter")
+            else:
+                print_op_stats(totals)
     finally:
         if not args.output_dir:
             shutil.rmtree(output_dir, ignore_errors=True)

@@ -188,7 +188,7 @@ def momentum_slots(run):
 
 
 def traced_groups(counter, function, batch):
-    """All-reduce groups traced into `function` for `batch`."""
+    """All-reduce groups traced into `function` (not yet traced) for `batch`."""
     counter.groups = counter.tensors = 0
     function.get_concrete_function(batch)
     return counter.groups, counter.tensors
@@ -241,9 +241,12 @@ def main():
         report[f"{name}_updates"] = run.step.update_step
         report[f"{name}_micro_steps"] = run.step.micro_step
     batch = distribute(strategy, micro[:REPLICAS])
-    report["accumulate_groups"], _ = traced_groups(counter, run.step.accumulate, batch)
+    fresh = distributed(strategy, start, [], "sgd")  # traced only, by the counter
+    report["accumulate_groups"], _ = traced_groups(
+        counter, fresh.step.accumulate, batch
+    )
     report["update_groups"], report["update_tensors"] = traced_groups(
-        counter, run.step.accumulate_and_update, batch
+        counter, fresh.step.accumulate_and_update, batch
     )
     report["variables"] = len(run.model.trainable_variables)
     chatty = distributed(strategy, start, [], "sgd", ChattyStep)  # traced only

@@ -153,3 +153,20 @@ def make_dataset(
         drop_remainder=False,
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def batches_from_hparams(
+    problem, hp, split, *, data_dir=None, training, seed=None, replica=0, num_replicas=1
+):
+    """`make_dataset` over `problem`'s shard `replica` of `num_replicas` of `split`,
+    with the batching hparams (batch_size, max_length, bucket layout): what the
+    trainer trains and evaluates on, for scripts that need the same batches."""
+    return make_dataset(
+        problem.replica_dataset(split, data_dir, replica, num_replicas),
+        batch_size=hp.batch_size,
+        max_length=hp.max_length,
+        min_length_bucket=hp.min_length_bucket,
+        length_bucket_step=hp.length_bucket_step,
+        training=training,
+        seed=seed,
+    )

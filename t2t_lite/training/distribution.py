@@ -76,25 +76,35 @@ def make_strategy(worker_gpu=1, cross_device_ops=None):
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops)
 
 
-def worker_index(strategy):
-    """This worker's index (0 on a single host)."""
+def _cluster(strategy):
+    """(task type, task id, {job: [addresses]}) of a multi-worker strategy, or None."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    return resolver.task_id if resolver is not None and resolver.task_id else 0
+    if resolver is None or not resolver.task_type:
+        return None
+    return resolver.task_type, resolver.task_id or 0, resolver.cluster_spec().as_dict()
 
 
 def num_workers(strategy):
-    return getattr(strategy.extended, "_num_workers", 1) or 1
+    """Processes taking part in the run (1 on a single host)."""
+    cluster = _cluster(strategy)
+    if cluster is None:
+        return 1
+    jobs = cluster[2]
+    return max(len(jobs.get("chief", [])) + len(jobs.get("worker", [])), 1)
+
+
+def worker_index(strategy):
+    """This process's rank: 0 for the chief (or the first worker when there is no
+    chief), counting workers after it, in TensorFlow's replica order."""
+    cluster = _cluster(strategy)
+    if cluster is None:
+        return 0
+    task_type, task_id, jobs = cluster
+    if task_type == "chief":
+        return 0
+    return task_id + len(jobs.get("chief", []))
 
 
 def is_chief(strategy):
-    """Whether this process writes the run's files (the first worker, or a chief)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    if resolver.task_type == "chief":
-        return True
-    return (
-        resolver.task_type == "worker"
-        and resolver.task_id == 0
-        and not (resolver.cluster_spec().as_dict().get("chief"))
-    )
+    """Whether this process writes the run's files."""
+    return worker_index(strategy) == 0

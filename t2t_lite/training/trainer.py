@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.data.pipeline import make_dataset
+from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.errors import UserError
 from t2t_lite.optim.schedule import accumulate_steps
@@ -178,17 +178,15 @@ class Trainer:
 
     def dataset(self, split, training, seed=None, replica=0, num_replicas=1):
         """Token-batched `split`; for training, shard `replica` of `num_replicas`."""
-        hp = self.hp
-        return make_dataset(
-            self.problem.replica_dataset(
-                split, self.config.data_dir or None, replica, num_replicas
-            ),
-            batch_size=hp.batch_size,
-            max_length=hp.max_length,
-            min_length_bucket=hp.min_length_bucket,
-            length_bucket_step=hp.length_bucket_step,
+        return batches_from_hparams(
+            self.problem,
+            self.hp,
+            split,
+            data_dir=self.config.data_dir or None,
             training=training,
             seed=seed,
+            replica=replica,
+            num_replicas=num_replicas,
         )
 
     def _replica_train_dataset(self, replica, num_replicas):
