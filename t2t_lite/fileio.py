@@ -3,27 +3,18 @@
 Every file t2t_lite writes whole (hparams.json, run.json, vocabularies, manifests,
 decodes, TFRecord shards) goes through a temporary name in the same directory and a
 rename, so a reader sees the old file or the new one, never a torn one. The
-temporary name carries the process id, so two writers never share one, and
-`is_temporary` lets cleanup code recognize leftovers of a crash.
+temporary name carries the process id, so two writers never share one.
 `tf.io.gfile` makes the same code work on a shared or `gs://` output directory.
 """
 
 import os
-import re
 
 import tensorflow as tf
-
-_TEMP_SUFFIX = re.compile(r"\.tmp-\d+$")
 
 
 def temp_name(path):
     """The name `path` has while it is being written (never read as data)."""
     return f"{path}.tmp-{os.getpid()}"
-
-
-def is_temporary(path):
-    """Whether `path` is a temporary name left by `temp_name` (e.g. after a crash)."""
-    return bool(_TEMP_SUFFIX.search(path))
 
 
 def fsync(path):

@@ -31,14 +31,6 @@ class Run:
     # The replica count, checkpointed: a resume on another count is noticed.
     replicas_variable: tf.Variable
 
-    @property
-    def accumulate_steps(self):
-        return self.step.n
-
-    @property
-    def replicas(self):
-        return self.strategy.num_replicas_in_sync
-
     def checkpoint(self, **extra):
         """A tf.train.Checkpoint of everything needed to resume exactly (plus
         `extra`, e.g. the input iterators)."""
