@@ -20,7 +20,13 @@ setup(
         "sacrebleu==2.*",  # BLEU/chrF with standard signatures (t2t-bleu, BLEU during training)
     ],
     extras_require={
-        "test": ["pytest==9.*"],
+        "test": [
+            "pytest==9.*",
+            # scripts/bench_peers.py's Keras peer (tests/test_bench_peers.py runs it);
+            # tensorflow-text is what keras-hub pulls in, pinned to our TF:
+            "keras-hub==0.32.0",
+            "tensorflow-text==2.21.*",
+        ],
     },
     entry_points={
         "console_scripts": [

@@ -20,11 +20,15 @@ Scripts import it as `import benchlib` (Python puts the script's folder on sys.p
 tests/conftest.py adds this folder to sys.path for `train_numbers_model`.
 """
 
+import collections
+import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -158,6 +162,37 @@ def spread(values):
     return 100 * (max(values) - min(values)) / statistics.median(values)
 
 
+# --- the TF profiler -------------------------------------------------------------------
+
+
+def op_type_stats(run_steps, steps):
+    """{op type: self seconds per step} while `run_steps()` runs `steps` steps under
+    the TF profiler, or None if this TF has no xspace converter (it is TF's internal
+    one: the TensorBoard profile plugin is not installed). Warm up before calling."""
+    try:
+        from tensorflow.python.profiler.internal import (
+            _pywrap_profiler_plugin as plugin,
+        )
+    except ImportError:
+        return None
+    logdir = tempfile.mkdtemp(prefix="t2t_tfprof_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        run_steps()
+        tf.profiler.experimental.stop()
+        paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        data, _ = plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    table = json.loads(data)[0]
+    ids = [c["id"] for c in table["cols"]]
+    totals = collections.Counter()
+    for row in table["rows"]:
+        cells = dict(zip(ids, [c.get("v") if c else None for c in row["c"]]))
+        totals[cells["type"]] += cells["total_self_time"] * 1e-6 / steps
+    return totals
+
+
 # --- child processes -----------------------------------------------------------------
 
 
@@ -192,9 +227,10 @@ NUMBERS_HPARAMS = (
 )
 
 
-def train_numbers_model(root):
+def train_numbers_model(root, overrides="", train_steps=300):
     """translate_numbers_en_fr (3000 training pairs, 200 dev) and transformer_tiny
-    trained 300 steps with BLEU on 100 dev sentences at steps 150 and 300, under
+    trained `train_steps` (300) steps with BLEU on 100 dev sentences halfway and at
+    the end, under
     `root` (~20 s on 2 cores; BLEU ~98). Returns (data_dir, output_dir, the final
     evaluation record)."""
     data_dir, output_dir = os.path.join(root, "data"), os.path.join(root, "run")
@@ -209,12 +245,15 @@ def train_numbers_model(root):
         model="transformer",
         output_dir=output_dir,
         data_dir=data_dir,
-        train_steps=300,
+        train_steps=train_steps,
         eval_steps=0,
-        local_eval_frequency=150,
-        save_checkpoints_steps=150,
-        log_steps=150,
+        local_eval_frequency=train_steps // 2,
+        save_checkpoints_steps=train_steps // 2,
+        log_steps=train_steps // 2,
         eval_bleu_sentences=100,
     )
-    record = Trainer(config, hparams(NUMBERS_HPARAMS_SET, NUMBERS_HPARAMS)).train()
+    hp = hparams(
+        NUMBERS_HPARAMS_SET, ",".join(filter(None, [NUMBERS_HPARAMS, overrides]))
+    )
+    record = Trainer(config, hp).train()
     return data_dir, output_dir, record

@@ -43,8 +43,6 @@ Run (from the repository root; ~2 min on 2 idle cores):
 
 import argparse
 import collections
-import glob
-import json
 import os
 import shutil
 import statistics
@@ -270,35 +268,17 @@ def op_type_stats(trainer, steps, start_step):
     """{op type: self seconds per micro-step} of `steps` step calls, from the TF
     profiler, or None if this TF has no xspace converter (it is TF's internal one:
     the TensorBoard profile plugin is not installed)."""
-    try:
-        from tensorflow.python.profiler.internal import (  # pylint: disable=import-outside-toplevel
-            _pywrap_profiler_plugin as plugin,
-        )
-    except ImportError:
-        return None
-
     iterator = iter(trainer.dataset("train", training=True, seed=3))
     batches = [next(iterator) for _ in range(steps)]
     del iterator
     for i, batch in enumerate(batches):  # warm up on these shapes
         trainer.step(batch, start_step + i)
-    logdir = tempfile.mkdtemp(prefix="t2t_tfprof_")
-    try:
-        tf.profiler.experimental.start(logdir)
+
+    def run_steps():
         for i, batch in enumerate(batches):
             trainer.step(batch, start_step + steps + i)
-        tf.profiler.experimental.stop()
-        paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
-        data, _ = plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
-    finally:
-        shutil.rmtree(logdir, ignore_errors=True)
-    table = json.loads(data)[0]
-    ids = [c["id"] for c in table["cols"]]
-    totals = collections.Counter()
-    for row in table["rows"]:
-        cells = dict(zip(ids, [c.get("v") if c else None for c in row["c"]]))
-        totals[cells["type"]] += cells["total_self_time"] * 1e-6 / steps
-    return totals
+
+    return benchlib.op_type_stats(run_steps, steps)
 
 
 def print_op_stats(totals, top=12):

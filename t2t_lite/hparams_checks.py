@@ -33,7 +33,9 @@ _NON_NEGATIVE = (
     "norm_epsilon",
     "initializer_gain",
     "optimizer_adam_epsilon",
+    "effective_batch_size",
 )
+ACTIVATION_DTYPES = ("float32", "bfloat16", "float16")
 _PROBABILITIES = (  # in [0, 1)
     "layer_prepostprocess_dropout",
     "attention_dropout",
@@ -64,6 +66,13 @@ def validate(hp):
         _fail("num_heads", hp.num_heads, f"a divisor of hidden_size {hp.hidden_size}")
     if hp.length_bucket_step <= 1.0:
         _fail("length_bucket_step", hp.length_bucket_step, "> 1")
+    if hp.activation_dtype not in ACTIVATION_DTYPES:
+        _fail("activation_dtype", hp.activation_dtype, f"one of {ACTIVATION_DTYPES}")
+    if hp.effective_batch_size and hp.optimizer_multistep_accumulate_steps > 1:
+        raise HParamsError(
+            "hparams effective_batch_size and optimizer_multistep_accumulate_steps "
+            "both set the accumulation steps; set one of them."
+        )
     OPTIMIZERS.get(hp.optimizer)
     parse_schedule(hp.learning_rate_schedule)
     return hp

@@ -28,6 +28,9 @@ def transformer_base():
     d("norm_epsilon", 1e-6)  # layer norm epsilon
     d("initializer_gain", 1.0)  # gain of the uniform unit-scaling initializer
     d("label_smoothing", 0.1)  # probability mass spread over the vocabulary
+    # Compute dtype (float32, bfloat16, float16); weights, slots, accumulators, logits
+    # and the loss stay float32; float16 adds dynamic loss scaling:
+    d("activation_dtype", "float32")
     # --- Data and batching ---
     d("batch_size", 4096)  # tokens per replica per micro-batch, padding included
     d("max_length", 256)  # longer examples are dropped; 0 means batch_size
@@ -43,6 +46,9 @@ def transformer_base():
     d("optimizer_adafactor_decay_rate", 0.8)  # Adafactor second-moment decay exponent
     d("optimizer_adafactor_clipping_threshold", 1.0)  # Adafactor update clipping
     d("optimizer_multistep_accumulate_steps", 1)  # micro-batches per update; 0/1: none
+    # Tokens per update to aim for; 0: off. Sets n = ceil(this / (batch_size *
+    # replicas)) (leave optimizer_multistep_accumulate_steps at 1):
+    d("effective_batch_size", 0)
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
     d("weight_decay", 0.0)  # L2 per update on all but biases (T2T's rule); 0: off
     d("max_consecutive_bad_updates", 10)  # NaN/Inf updates in a row that stop a run

@@ -6,6 +6,8 @@
   replicas    A 1-replica checkpoint resumes on 2 replicas and a 2-replica one on 1,
               each with a warning naming old and new tokens per update.
   dropout     With dropout on, the two replicas draw different masks.
+  effective   effective_batch_size=192 with batch_size 64: n=3 on one replica; the
+              same run refuses to resume on 2 replicas (n would become 2).
 
 Prints one JSON line.
 """
@@ -25,6 +27,7 @@ tf.config.set_logical_device_configuration(
 )
 
 import t2t_lite  # noqa: F401
+from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
 from t2t_lite.training.trainer import RunConfig, Trainer
 
@@ -144,6 +147,25 @@ def check_dropout(root, strategy):
     return {"dropout_replica_losses": losses}
 
 
+def check_effective_batch(root, mirrored):
+    hp = hparams(optimizer_multistep_accumulate_steps=1, effective_batch_size=192)
+    one = trainer(f"{root}/effective", 3, tf.distribute.get_strategy(), hp)
+    one.train()
+    with open(f"{root}/effective/run.json") as f:
+        recorded = json.load(f)["accumulate_steps"]
+    try:
+        trainer(f"{root}/effective", 6, mirrored, hp)
+        refusal = None
+    except UserError as e:
+        refusal = str(e)
+    return {
+        "effective_n": one.n,
+        "effective_updates": one.step.update_step,
+        "effective_recorded_n": recorded,
+        "effective_refusal": refusal,
+    }
+
+
 def main():
     root = sys.argv[1]
     strategy = tf.distribute.MirroredStrategy(
@@ -153,6 +175,7 @@ def main():
     report.update(check_resume(root, strategy))
     report.update(check_replica_change(root, strategy))
     report.update(check_dropout(root, strategy))
+    report.update(check_effective_batch(root, strategy))
     print(json.dumps(report))
 
 

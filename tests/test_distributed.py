@@ -90,6 +90,17 @@ def test_replicas_draw_different_dropout_masks(trainer_runs):
     assert first != second
 
 
+@pytest.mark.slow
+def test_effective_batch_size_refuses_a_resume_that_would_change_n(trainer_runs):
+    """192 tokens per update of 64-token micro-batches: n=3 on one replica, recorded
+    in run.json; on 2 replicas n would be 2, and the resume is refused."""
+    assert trainer_runs["effective_n"] == 3 == trainer_runs["effective_recorded_n"]
+    assert trainer_runs["effective_updates"] == 1
+    refusal = trainer_runs["effective_refusal"]
+    assert refusal and "accumulate_steps 3, not 2" in refusal
+    assert "effective_batch_size 192 on 2 replica(s)" in refusal and "\n" not in refusal
+
+
 # --- two workers on this machine (MultiWorkerMirroredStrategy via TF_CONFIG) --------
 
 

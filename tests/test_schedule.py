@@ -307,3 +307,22 @@ def test_accumulate_steps_rejects_a_non_integer_value_from_json():
     hp = HParams.from_json('{"optimizer_multistep_accumulate_steps": 2.5}')
     with pytest.raises(ScheduleError):
         accumulate_steps(hp)
+
+
+@pytest.mark.parametrize(
+    "target, batch_size, replicas, expected",
+    [
+        (8192, 2048, 1, 4),  # exact
+        (10000, 2048, 1, 5),  # rounded up: 10240 tokens per update
+        (8192, 2048, 2, 2),  # replicas take their share
+        (8192, 2048, 3, 2),  # ceil(8192 / 6144)
+        (1000, 2048, 1, 1),  # below one micro-batch: no accumulation
+        (25000, 4096, 8, 1),
+    ],
+)
+def test_effective_batch_size_derives_n(target, batch_size, replicas, expected):
+    hp = _hp(effective_batch_size=target, batch_size=batch_size)
+    assert accumulate_steps(hp, replicas) == expected
+    # The schedule's train_steps / n uses the same n.
+    schedule = schedule_from_hparams(hp, 120 * expected, replicas=replicas)
+    assert schedule.config.train_updates == 120

@@ -1,10 +1,13 @@
 """Trainer-level tests: exact mid-window resume, one trace per function, start-up line."""
 
+import json
+
 import pytest
 import tensorflow as tf
 from accumulation_helpers import tolerance_ratio
 
 import t2t_lite  # noqa: F401
+from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_base_fake_gpu8, transformer_test
 from t2t_lite.training.trainer import RunConfig, Trainer, simulation_line
 
@@ -17,6 +20,10 @@ def _hparams():
 
 
 def _trainer(output_dir, train_steps):
+    return _trainer_with(output_dir, train_steps, _hparams())
+
+
+def _trainer_with(output_dir, train_steps, hp):
     config = RunConfig(
         problem="algorithmic_reverse",
         model="transformer",
@@ -27,7 +34,7 @@ def _trainer(output_dir, train_steps):
         save_checkpoints_steps=1000,
         log_steps=1000,
     )
-    return Trainer(config, _hparams())
+    return Trainer(config, hp)
 
 
 @pytest.mark.slow
@@ -84,3 +91,31 @@ def test_simulation_line_states_the_simulated_batch():
         "tokens/update (simulating 8 GPUs)"
     )
     assert "× 2 replicas = 65536" in simulation_line(transformer_base_fake_gpu8(), 2)
+
+
+def test_simulation_line_states_the_effective_batch_rounding():
+    hp = transformer_test().override(batch_size=2048, effective_batch_size=10000)
+    assert simulation_line(hp, 1) == (
+        "micro-batch 2048 tokens × 5 accumulation steps × 1 replica = 10240 "
+        "tokens/update (simulating 5 GPUs); accumulation steps = "
+        "ceil(effective_batch_size 10000 / (2048 × 1)) = 5, rounded up by 240 tokens"
+    )
+    assert "× 3 accumulation steps × 2 replicas = 12288" in simulation_line(hp, 2)
+
+
+def test_run_json_records_n_and_an_older_run_json_is_completed(tmp_path):
+    """run.json records the resolved n; a run.json from before that key existed is
+    completed on resume, not refused; a different n is refused in one line."""
+    hp = transformer_test().override(effective_batch_size=3 * 256)
+    _trainer_with(tmp_path, 2, hp).train()
+    path = tmp_path / "run.json"
+    stored = json.loads(path.read_text())
+    assert stored["accumulate_steps"] == 3
+    del stored["accumulate_steps"]
+    path.write_text(json.dumps(stored))
+    assert _trainer_with(tmp_path, 2, hp).n == 3
+    assert json.loads(path.read_text())["accumulate_steps"] == 3
+    stored["accumulate_steps"] = 4
+    path.write_text(json.dumps(stored))
+    with pytest.raises(UserError, match="accumulate_steps 4, not 3 .effective_batch"):
+        _trainer_with(tmp_path, 2, hp)

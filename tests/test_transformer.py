@@ -29,6 +29,7 @@ def _hparams(**overrides):
         "shared_embedding_and_softmax_weights": True,
         "norm_epsilon": 1e-6,
         "initializer_gain": 1.0,
+        "activation_dtype": "float32",
     }
     values.update(overrides)
     return types.SimpleNamespace(**values)

@@ -50,6 +50,14 @@ flags.DEFINE_boolean(
     "Enable TensorFlow op determinism: two runs with the same flags give bitwise "
     "identical weights (slower; see README).",
 )
+flags.DEFINE_boolean(
+    "xla",
+    False,
+    "Compile the forward and backward pass with XLA (jit_compile); training batches "
+    "are padded to their length bucket so that XLA compiles once per bucket (seconds "
+    "each). Measure before using it: on a CPU it was faster only for small models "
+    "without dropout (see README, scripts/bench_xla.py).",
+)
 flags.DEFINE_integer(
     "eval_bleu_sentences",
     256,
@@ -124,6 +132,7 @@ def main(argv):
         log_steps=FLAGS.log_steps,
         random_seed=FLAGS.random_seed,
         deterministic=FLAGS.deterministic,
+        xla=FLAGS.xla,
         eval_bleu_sentences=FLAGS.eval_bleu_sentences,
         eval_decode_hparams=eval_decode_hp,
     )

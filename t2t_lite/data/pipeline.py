@@ -14,6 +14,13 @@ are dropped. One exception to the token budget: if `max_length > batch_size`, a
 sequence longer than `batch_size` still forms a batch of one (it cannot be split);
 keep `max_length <= batch_size` (or `max_length = 0`, meaning `batch_size`) to make
 the budget strict.
+
+Batch shapes: by default each batch is padded to its own longest row, so shapes vary
+from batch to batch (the step's tf.function traces once for all of them). For XLA,
+which compiles once per distinct shape, `pad_to_bucket=True` pads both inputs and
+targets of a batch to its bucket's largest length (upper bound - 1; `max_length` for
+the last bucket), so there is one shape per bucket. The extra padding is id 0, masked
+everywhere, so it never changes the loss; it costs compute, not the token budget.
 """
 
 import tensorflow as tf
@@ -109,6 +116,7 @@ def make_dataset(
     shuffle_buffer=10000,
     seed=None,
     repeat=None,
+    pad_to_bucket=False,
 ):
     """Token-batched, padded dataset of {"inputs": [b, src_len], "targets": [b, tgt_len]}.
 
@@ -122,9 +130,12 @@ def make_dataset(
       shuffle_buffer: shuffle buffer size in examples (training only).
       seed: shuffle seed; None for a different order each run.
       repeat: None for the default above, -1 for forever, or a number of epochs.
+      pad_to_bucket: pad every batch to its bucket's largest length (one shape per
+        bucket, for XLA) instead of to its own longest row.
 
     Inputs and targets are padded with 0 separately, each to its own longest row in the
-    batch; shapes are [None, None] so a tf.function traces once.
+    batch (or both to the bucket's largest length); shapes are [None, None] so a
+    tf.function traces once.
     """
     _check_args(batch_size, max_length, repeat)
     max_length = max_length or batch_size  # T2T: 0 means "as long as a batch".
@@ -143,24 +154,39 @@ def make_dataset(
         # Repeat before bucketing so partly filled buckets carry over between epochs
         # instead of being flushed as small batches at every epoch end.
         dataset = dataset.repeat(repeat)
+    if pad_to_bucket:
+        # tf.data pads a bucket to (upper bound - 1) and refuses the unbounded last
+        # bucket; closing the last bucket at max_length + 1 pads it to max_length.
+        # The new, unbounded bucket stays empty: longer examples were dropped above.
+        boundaries, batch_sizes = boundaries + [max_length + 1], batch_sizes + [1]
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=example_length,
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
         padded_shapes={"inputs": [None], "targets": [None]},
         padding_values={"inputs": PAD_ID, "targets": PAD_ID},
-        pad_to_bucket_boundary=False,
+        pad_to_bucket_boundary=pad_to_bucket,
         drop_remainder=False,
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def batches_from_hparams(
-    problem, hp, split, *, data_dir=None, training, seed=None, replica=0, num_replicas=1
+    problem,
+    hp,
+    split,
+    *,
+    data_dir=None,
+    training,
+    seed=None,
+    replica=0,
+    num_replicas=1,
+    pad_to_bucket=False,
 ):
     """`make_dataset` over `problem`'s shard `replica` of `num_replicas` of `split`,
     with the batching hparams (batch_size, max_length, bucket layout): what the
-    trainer trains and evaluates on, for scripts that need the same batches."""
+    trainer trains and evaluates on, for scripts that need the same batches.
+    pad_to_bucket: one batch shape per bucket (the trainer's choice under XLA)."""
     return make_dataset(
         problem.replica_dataset(split, data_dir, replica, num_replicas),
         batch_size=hp.batch_size,
@@ -169,4 +195,5 @@ def batches_from_hparams(
         length_bucket_step=hp.length_bucket_step,
         training=training,
         seed=seed,
+        pad_to_bucket=pad_to_bucket,
     )

@@ -34,10 +34,17 @@ def token_loss(logits, targets, label_smoothing):
         confidence * tf.math.log(confidence)
         + (vocab_f - 1.0) * low_confidence * tf.math.log(low_confidence + 1e-20)
     )
-    soft_targets = tf.one_hot(
-        targets, depth=vocab_size, on_value=confidence, off_value=low_confidence
-    )  # [batch, length, vocab]
-    xent = tf.nn.softmax_cross_entropy_with_logits(labels=soft_targets, logits=logits)
+    # Cross entropy with the smoothed targets, without materializing them (T2T builds
+    # a [batch, length, vocab] one-hot): -sum_v q_v log p_v with q = low everywhere
+    # and confidence at the target = logsumexp(z) - (confidence - low)·z_target
+    # - low·sum_v z_v, since sum_v q_v = 1.
+    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)  # [batch, length]
+    target_logits = tf.gather(logits, targets, batch_dims=2)  # [batch, length]
+    xent = (
+        log_normalizer
+        - (confidence - low_confidence) * target_logits
+        - low_confidence * tf.reduce_sum(logits, axis=-1)
+    )
     weights = _nonpad_weights(targets)  # [batch, length]
     loss_sum = tf.reduce_sum((xent - normalizing) * weights)
     return loss_sum, tf.reduce_sum(weights)

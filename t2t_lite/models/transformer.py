@@ -33,6 +33,9 @@ class TransformerConfig:
     shared_embedding_and_softmax_weights: bool
     norm_epsilon: float = 1e-6
     initializer_gain: float = 1.0
+    # The compute dtype: float32, bfloat16 or float16. Variables stay float32 (Keras's
+    # "mixed_*" policies); logits are returned as float32.
+    activation_dtype: str = "float32"
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -40,6 +43,19 @@ class TransformerConfig:
                 f"hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_heads ({self.num_heads})"
             )
+        if self.activation_dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(
+                "activation_dtype must be float32, bfloat16 or float16, got "
+                f"{self.activation_dtype!r}"
+            )
+
+    @property
+    def dtype_policy(self):
+        """The Keras dtype policy every layer is built with: float32 variables, and
+        computations in activation_dtype."""
+        if self.activation_dtype == "float32":
+            return "float32"
+        return f"mixed_{self.activation_dtype}"
 
 
 def _as_config(config):
@@ -58,6 +74,12 @@ def _dropout(x, rate, training, seed_generator):
     would have drawn. Under tf.distribute every replica advances the same generator
     state, so the replica id is folded into the seed: replicas draw different masks
     (replica 0 draws the masks a single-device run draws).
+
+    The mask compares raw 32-bit random integers with rate·2³², instead of drawing
+    floats in [0, 1) as tf.nn.experimental.stateless_dropout does: the same
+    Bernoulli(1 - rate) masks without the int-to-float conversion, measured 0.65×
+    the time of stateless_dropout on a [1800, 1024] activation (scripts/bench_step.py
+    has the whole-step effect).
     """
     if not training or not rate:
         return x
@@ -66,7 +88,11 @@ def _dropout(x, rate, training, seed_generator):
     replica = _replica_id()
     if replica is not None:
         seed = tf.random.experimental.stateless_fold_in(seed, replica)
-    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+    bits = tf.random.stateless_uniform(
+        tf.shape(x), seed=seed, minval=None, maxval=None, dtype=tf.uint32
+    )
+    keep = bits >= tf.constant(min(int(rate * 2**32), 2**32 - 1), tf.uint32)
+    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
 
 
 def _replica_id():
@@ -81,6 +107,13 @@ def _replica_id():
     return tf.cast(replica, tf.int32)
 
 
+def large_negative(dtype):
+    """The additive attention bias that masks a position, representable in `dtype`:
+    T2T's -1e9, or float16's lowest finite value (-65504) under float16."""
+    dtype = tf.as_dtype(dtype)
+    return max(NEG_INF, float(dtype.min))
+
+
 def _uniform_unit_scaling(gain):
     """T2T's "uniform unit scaling" (Glorot-uniform-like) with gain `gain`."""
     return keras.initializers.VarianceScaling(
@@ -89,9 +122,17 @@ def _uniform_unit_scaling(gain):
 
 
 def get_timing_signal_1d(
-    length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0
+    length,
+    channels,
+    min_timescale=1.0,
+    max_timescale=1.0e4,
+    start_index=0,
+    dtype=tf.float32,
 ):
-    """T2T's sinusoidal timing signal: sin half then cos half. [1, length, channels]."""
+    """T2T's sinusoidal timing signal: sin half then cos half. [1, length, channels].
+
+    Computed in float32 (positions up to thousands need its precision), returned in
+    `dtype`."""
     position = tf.cast(tf.range(length) + start_index, tf.float32)  # [length]
     num_timescales = channels // 2
     log_increment = math.log(float(max_timescale) / float(min_timescale)) / max(
@@ -103,24 +144,25 @@ def get_timing_signal_1d(
     scaled_time = position[:, None] * inv_timescales[None, :]  # [length, channels//2]
     signal = tf.concat([tf.sin(scaled_time), tf.cos(scaled_time)], axis=1)
     signal = tf.pad(signal, [[0, 0], [0, channels % 2]])  # [length, channels]
-    return signal[None, :, :]  # [1, length, channels]
+    return tf.cast(signal[None, :, :], dtype)  # [1, length, channels]
 
 
-def attention_bias_ignore_padding(ids):
-    """-1e9 on padding keys (id 0). [batch, 1, 1, length]."""
-    padding = tf.cast(tf.equal(ids, PAD_ID), tf.float32)  # [batch, length]
-    return (padding * NEG_INF)[:, None, None, :]
+def attention_bias_ignore_padding(ids, dtype=tf.float32):
+    """-1e9 on padding keys (id 0), in `dtype`. [batch, 1, 1, length]."""
+    padding = tf.cast(tf.equal(ids, PAD_ID), dtype)  # [batch, length]
+    return (padding * large_negative(dtype))[:, None, None, :]
 
 
-def attention_bias_lower_triangle(length):
-    """Causal bias: -1e9 where the key is after the query. [1, length, length].
+def attention_bias_lower_triangle(length, dtype=tf.float32):
+    """Causal bias: -1e9 where the key is after the query, in `dtype`.
+    [1, length, length].
 
     Three dimensions, not T2T's [1, 1, length, length]: both broadcast over batch and
     heads alike, but with the 4-D one TF's oneDNN CPU kernels run an inference-only
     forward pass 6-100x slower (evaluation, uncached decoding); training is not
     affected. Measured in scripts/bench_decoding.py's notes and README."""
-    allowed = tf.linalg.band_part(tf.ones([length, length]), -1, 0)
-    return ((1.0 - allowed) * NEG_INF)[None, :, :]
+    allowed = tf.linalg.band_part(tf.ones([length, length], dtype), -1, 0)
+    return ((1.0 - allowed) * large_negative(dtype))[None, :, :]
 
 
 def shift_right(targets):
@@ -134,10 +176,15 @@ class EmbeddingSharedWeights(keras.layers.Layer):
 
     Embedding: tf.gather (sparse gradient), times sqrt(hidden), padding (id 0) zeroed.
     Linear: logits = x @ W^T.
+
+    Under a mixed policy the float32 matrix is cast by hand, not by Keras's autocast:
+    autocast would cast the whole vocab×hidden matrix before the lookup and make the
+    embedding gradient dense; gathering first keeps it an IndexedSlices of the rows
+    used.
     """
 
     def __init__(self, vocab_size, hidden_size, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(autocast=False, **kwargs)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
 
@@ -161,13 +208,14 @@ class EmbeddingSharedWeights(keras.layers.Layer):
     def _embed(self, ids):
         ids = tf.cast(ids, tf.int32)  # [batch, length]
         x = tf.gather(self.weights_matrix, ids)  # [batch, length, hidden]
-        x *= self.hidden_size**0.5
+        x = tf.cast(x, self.compute_dtype) * self.hidden_size**0.5
         return x * tf.cast(tf.not_equal(ids, PAD_ID), x.dtype)[:, :, None]
 
     def _linear(self, x):
         """x [..., hidden] -> logits [..., vocab]."""
         flat = tf.reshape(x, [-1, self.hidden_size])  # [positions, hidden]
-        logits = tf.matmul(flat, self.weights_matrix, transpose_b=True)
+        weights = tf.cast(self.weights_matrix, self.compute_dtype)
+        logits = tf.matmul(tf.cast(flat, self.compute_dtype), weights, transpose_b=True)
         out_shape = tf.concat([tf.shape(x)[:-1], [self.vocab_size]], axis=0)
         return tf.reshape(logits, out_shape)  # [..., vocab]
 
@@ -180,8 +228,9 @@ class MultiHeadAttention(keras.layers.Layer):
     """T2T dot-product multi-head attention; q/k/v/output projections without bias."""
 
     def __init__(self, config, **kwargs):
-        super().__init__(**kwargs)
-        self.config = config = _as_config(config)
+        config = _as_config(config)
+        super().__init__(**{"dtype": config.dtype_policy, **kwargs})
+        self.config = config
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         self.num_heads = config.num_heads
         self.depth = config.hidden_size // config.num_heads
@@ -189,7 +238,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
         def dense(name):
             return keras.layers.Dense(
-                config.hidden_size, use_bias=False, kernel_initializer=init, name=name
+                config.hidden_size,
+                use_bias=False,
+                kernel_initializer=init,
+                dtype=config.dtype_policy,
+                name=name,
             )
 
         self.q_dense, self.k_dense = dense("q"), dense("k")
@@ -231,7 +284,7 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self._split_heads(self.q_dense(query))  # [batch, heads, q_len, depth]
         q *= self.depth**-0.5
         logits = tf.matmul(q, kv["k"], transpose_b=True)  # [.., q_len, k_len]
-        weights = tf.nn.softmax(logits + bias)
+        weights = tf.nn.softmax(logits + tf.cast(bias, logits.dtype))
         rate = self.config.attention_dropout
         weights = _dropout(weights, rate, training, self.seed_generator)
         out = tf.matmul(weights, kv["v"])  # [batch, heads, q_len, depth]
@@ -245,15 +298,23 @@ class FeedForward(keras.layers.Layer):
     """T2T dense_relu_dense: dense(filter, relu) -> relu dropout -> dense(hidden)."""
 
     def __init__(self, config, **kwargs):
-        super().__init__(**kwargs)
-        self.config = config = _as_config(config)
+        config = _as_config(config)
+        super().__init__(**{"dtype": config.dtype_policy, **kwargs})
+        self.config = config
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         init = _uniform_unit_scaling(config.initializer_gain)
         self.filter_dense = keras.layers.Dense(
-            config.filter_size, activation="relu", kernel_initializer=init, name="conv1"
+            config.filter_size,
+            activation="relu",
+            kernel_initializer=init,
+            dtype=config.dtype_policy,
+            name="conv1",
         )
         self.output_dense = keras.layers.Dense(
-            config.hidden_size, kernel_initializer=init, name="conv2"
+            config.hidden_size,
+            kernel_initializer=init,
+            dtype=config.dtype_policy,
+            name="conv2",
         )
 
     def call(self, x, training=False):
@@ -266,7 +327,9 @@ class FeedForward(keras.layers.Layer):
 
 
 def _layer_norm(config, name):
-    return keras.layers.LayerNormalization(epsilon=config.norm_epsilon, name=name)
+    return keras.layers.LayerNormalization(
+        epsilon=config.norm_epsilon, dtype=config.dtype_policy, name=name
+    )
 
 
 class _TransformerLayer(keras.layers.Layer):
@@ -274,8 +337,9 @@ class _TransformerLayer(keras.layers.Layer):
     residual. Attribute order is variable order, which checkpoints depend on."""
 
     def __init__(self, config, **kwargs):
-        super().__init__(**kwargs)
-        self.config = config = _as_config(config)
+        config = _as_config(config)
+        super().__init__(**{"dtype": config.dtype_policy, **kwargs})
+        self.config = config
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         self.ffn = FeedForward(config, name="ffn")
         self.ffn_norm = _layer_norm(config, "ffn_norm")
@@ -358,13 +422,17 @@ class Transformer(keras.Model):
 
     def __init__(self, config, **kwargs):
         """config: a TransformerConfig (or its `dataclasses.asdict`)."""
-        super().__init__(**kwargs)
-        self.config = config = _as_config(config)
+        config = _as_config(config)
+        super().__init__(**{"dtype": config.dtype_policy, **kwargs})
+        self.config = config
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
 
         def embedding(name):
             return EmbeddingSharedWeights(
-                config.vocab_size, config.hidden_size, name=name
+                config.vocab_size,
+                config.hidden_size,
+                dtype=config.dtype_policy,
+                name=name,
             )
 
         if config.shared_embedding_and_softmax_weights:
@@ -410,6 +478,7 @@ class Transformer(keras.Model):
             ),
             norm_epsilon=hp.norm_epsilon,
             initializer_gain=hp.initializer_gain,
+            activation_dtype=hp.activation_dtype,
         )
         return cls(config, **kwargs)
 
@@ -421,7 +490,9 @@ class Transformer(keras.Model):
         """x [batch, length, hidden] (already scaled) at positions start_index..:
         + sinusoid, then dropout."""
         hidden = self.config.hidden_size
-        x += get_timing_signal_1d(tf.shape(x)[1], hidden, start_index=start_index)
+        x += get_timing_signal_1d(
+            tf.shape(x)[1], hidden, start_index=start_index, dtype=x.dtype
+        )
         rate = self.config.layer_prepostprocess_dropout
         return _dropout(x, rate, training, self.seed_generator)
 
@@ -429,7 +500,8 @@ class Transformer(keras.Model):
         """inputs int [batch, src_len] -> (encoder_output [batch, src_len, hidden],
         encoder_decoder_bias [batch, 1, 1, src_len], -1e9 on source padding)."""
         inputs = tf.cast(inputs, tf.int32)
-        bias = attention_bias_ignore_padding(inputs)  # [batch, 1, 1, src_len]
+        # [batch, 1, 1, src_len]
+        bias = attention_bias_ignore_padding(inputs, self.compute_dtype)
         x = self.source_embedding(inputs)  # [batch, src_len, hidden]
         x = self._add_timing_and_dropout(x, training)
         for layer in self.encoder_layers:
@@ -465,7 +537,8 @@ class Transformer(keras.Model):
         shift_right: position 0 holds 0) -> float32 logits [batch, tgt_len, vocab].
         Logits at position i predict target i from decoder inputs 0..i."""
         ids = tf.cast(decoder_input_ids, tf.int32)
-        self_bias = attention_bias_lower_triangle(tf.shape(ids)[1])  # [1, t, t]
+        # [1, t, t]
+        self_bias = attention_bias_lower_triangle(tf.shape(ids)[1], self.compute_dtype)
         no_cache = [None] * len(self.decoder_layers)
         logits, _ = self._decode(
             ids, 0, encoder_output, self_bias, encoder_decoder_bias, training, no_cache
@@ -486,7 +559,8 @@ class Transformer(keras.Model):
         """Per decoder layer, self-attention keys/values of no position yet: {"k", "v"}
         [batch, heads, 0, depth]; each decode_step appends one position."""
         heads = self.config.num_heads
-        empty = tf.zeros([batch_size, heads, 0, self.config.hidden_size // heads])
+        depth = self.config.hidden_size // heads
+        empty = tf.zeros([batch_size, heads, 0, depth], self.compute_dtype)
         return [{"k": empty, "v": empty} for _ in self.decoder_layers]
 
     def decode_step(self, ids, index, self_cache, encdec_cache, encoder_decoder_bias):

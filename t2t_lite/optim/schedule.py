@@ -134,9 +134,10 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return cls(config["text"], ScheduleConfig(**config["config"]))
 
 
-def schedule_from_hparams(hp, train_steps):
-    """Builds the schedule; `train_steps` counts micro-steps and is turned into updates."""
-    n = accumulate_steps(hp)
+def schedule_from_hparams(hp, train_steps, replicas=1):
+    """Builds the schedule; `train_steps` counts micro-steps and is turned into updates
+    (n may depend on `replicas` through effective_batch_size)."""
+    n = accumulate_steps(hp, replicas)
     config = ScheduleConfig(
         constant=hp.learning_rate_constant,
         warmup_steps=float(hp.learning_rate_warmup_steps),
@@ -149,8 +150,15 @@ def schedule_from_hparams(hp, train_steps):
     return LearningRateSchedule(hp.learning_rate_schedule, config)
 
 
-def accumulate_steps(hp):
-    """optimizer_multistep_accumulate_steps as a validated n ≥ 1 (0 and 1: no accumulation)."""
+def accumulate_steps(hp, replicas=1):
+    """The accumulation steps n ≥ 1 of a run on `replicas` replicas.
+
+    optimizer_multistep_accumulate_steps, validated (0 and 1: no accumulation); or,
+    when effective_batch_size (tokens per update) is set, the fewest micro-batches of
+    batch_size tokens on every replica that reach it: ceil(effective_batch_size /
+    (batch_size × replicas)). Then n depends on the replica count; the trainer
+    records it and refuses a resume that would change it.
+    """
     n = hp.optimizer_multistep_accumulate_steps
     if type(n) is not int:  # bool is an int subclass; refuse it too
         raise ScheduleError(
@@ -160,4 +168,7 @@ def accumulate_steps(hp):
         raise ScheduleError(
             f"optimizer_multistep_accumulate_steps must be >= 0, got {n}."
         )
+    target = getattr(hp, "effective_batch_size", 0)  # absent in older hparams.json
+    if target > 0:
+        return -(-target // (hp.batch_size * replicas))
     return max(n, 1)

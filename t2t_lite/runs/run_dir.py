@@ -91,11 +91,13 @@ def _check_stored_hparams(path, output_dir, hp):
         logging.warning("Resuming with changed hparams: %s.", details)
 
 
-def check_run_identity(output_dir, identity):
+def check_run_identity(output_dir, identity, hints=None):
     """Stores {problem, model, vocab_fingerprint, ...} or checks it against the stored one.
 
     A checkpoint trained with one vocabulary (or model) must not be continued with
-    another: the ids would silently mean different tokens.
+    another: the ids would silently mean different tokens. A key the stored file
+    lacks (written by an older version) is added, not refused. hints: {key: text}
+    ending the refusal of that key instead of "; use a new output_dir."
     """
     path = os.path.join(output_dir, RUN_FILE)
     if not tf.io.gfile.exists(path):
@@ -108,11 +110,15 @@ def check_run_identity(output_dir, identity):
             f"{path} is unreadable ({e}); restore it or use a new output_dir."
         ) from None
     for key, value in identity.items():
-        if stored.get(key) != value:
+        if key in stored and stored[key] != value:
+            advice = (hints or {}).get(key) or "; use a new output_dir."
             raise UserError(
                 f"output_dir '{output_dir}' holds a run with {key} "
-                f"{stored.get(key)!r}, not {value!r}; use a new output_dir."
+                f"{stored.get(key)!r}, not {value!r}{advice}"
             )
+    if not set(identity) <= set(stored):
+        updated = {**stored, **identity}
+        write_atomically(path, json.dumps(updated, indent=2, sort_keys=True) + "\n")
 
 
 def append_metrics(output_dir, record):

@@ -15,6 +15,7 @@ from t2t_lite.models.factory import build_model
 from t2t_lite.optim.optimizers import optimizer_from_hparams
 from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
 from t2t_lite.registry import MODELS
+from t2t_lite.training.loss_scale import DynamicLossScale
 from t2t_lite.training.train_step import TrainStep
 
 
@@ -49,13 +50,15 @@ def build_run(
     model="transformer",
     strategy=None,
     initial_weights=None,
+    jit_compile=False,
 ):
     """Builds the model, schedule, optimizer and TrainStep of `hp` under `strategy`.
 
     model: a registered model name (or a model class). train_steps: micro-steps, as
     in T2T; the schedule sees train_steps / n (DESIGN.md §2). initial_weights: a
     `model.get_weights()` list to start from (equivalence tests start two runs from
-    the same weights).
+    the same weights). jit_compile: XLA-compile each replica's forward and backward
+    (TrainStep; feed it bucket-padded batches, see data.pipeline's pad_to_bucket).
     """
     strategy = strategy or tf.distribute.get_strategy()
     model_class = MODELS.get(model) if isinstance(model, str) else model
@@ -63,16 +66,22 @@ def build_run(
         the_model = build_model(model_class, hp, vocab_size)
         if initial_weights is not None:
             the_model.set_weights(initial_weights)
-        schedule = schedule_from_hparams(hp, train_steps)
+        schedule = schedule_from_hparams(hp, train_steps, strategy.num_replicas_in_sync)
         optimizer = optimizer_from_hparams(hp, schedule)
+        loss_scale = None
+        if hp.activation_dtype == "float16":
+            # The most tokens one micro-batch can hold (training/loss_scale.py).
+            loss_scale = DynamicLossScale(max(hp.batch_size, hp.max_length))
     step = TrainStep(
         the_model,
         optimizer,
-        accumulate_steps=accumulate_steps(hp),
+        accumulate_steps=accumulate_steps(hp, strategy.num_replicas_in_sync),
         label_smoothing=hp.label_smoothing,
         clip_grad_norm=hp.clip_grad_norm,
         weight_decay=hp.weight_decay,
         strategy=strategy,
+        loss_scale=loss_scale,
+        jit_compile=jit_compile,
     )
     replicas = tf.Variable(
         strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="replicas"

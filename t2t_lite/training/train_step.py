@@ -21,8 +21,12 @@ count + loss, after which the optimizer applies without reducing again. The same
 all-reduce carries each worker's stop request (`request_stop`), so on many hosts a
 SIGTERM on one of them stops all of them at the same update, with no extra
 communication. Tested with MirroredStrategy over logical CPUs and with
-MultiWorkerMirroredStrategy across processes. Loss scaling for mixed precision belongs
-in `_gradients` (scale the loss) and `_update` (unscale once, on the summed gradient).
+MultiWorkerMirroredStrategy across processes.
+
+Mixed precision: the model computes in its policy's dtype; gradients, accumulators and
+all update arithmetic are float32. Under float16 a `DynamicLossScale`
+(training/loss_scale.py) scales each micro-batch's loss in `_gradients`; `_update`
+unscales once, on the summed gradient, and an overflow skips the whole update.
 """
 
 import tensorflow as tf
@@ -51,7 +55,10 @@ class TrainStep:
         clip_grad_norm=0.0,
         weight_decay=0.0,
         strategy=None,
+        jit_compile=False,
+        loss_scale=None,
     ):
+        """loss_scale: a DynamicLossScale (float16 training), or None."""
         if accumulate_steps < 1:
             raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}.")
         self.model = model
@@ -60,6 +67,7 @@ class TrainStep:
         self.label_smoothing = label_smoothing
         self.clip_grad_norm = clip_grad_norm
         self.weight_decay = weight_decay
+        self.loss_scale = loss_scale
         self.strategy = strategy or tf.distribute.get_strategy()
         with self.strategy.scope():
             self.global_step = tf.Variable(
@@ -81,6 +89,9 @@ class TrainStep:
         # This process's vote to stop, summed over all replicas by the update's
         # all-reduce. A plain local variable: each worker sets its own.
         self._stop_vote = tf.Variable(0.0, trainable=False, name="stop_vote")
+        self.jit_compile = jit_compile
+        if jit_compile:  # XLA: see _compile
+            self._gradients = tf.function(self._gradients, jit_compile=True)
         self.accumulate = self._compile(self._accumulate_body)
         self.accumulate_and_update = self._compile(self._update_body)
 
@@ -126,11 +137,22 @@ class TrainStep:
         }
         if self.accumulator is not None:
             items["accumulator"] = self.accumulator
+        if self.loss_scale is not None:
+            items["loss_scale"] = self.loss_scale
         return items
 
     def _compile(self, body):
         """One trace for all batch shapes: a [None, None] signature on one replica;
-        distributed (PerReplica) batches get the same, built from the first batch."""
+        distributed (PerReplica) batches get the same, built from the first batch.
+
+        With jit_compile, `_gradients` (model, loss and tape.gradient: the replica's
+        forward and backward) is an XLA-compiled function nested in this one; XLA
+        compiles it once per batch shape it meets (pad batches to their bucket,
+        data.pipeline's pad_to_bucket, to get one shape per bucket). Accumulation,
+        the all-reduce and the optimizer stay outside XLA: tf.distribute's
+        collectives cannot be compiled, and on a CPU an XLA-compiled update (dense
+        Adam, scatter_add into the accumulators) measured slower than TF's kernels.
+        """
         if self.strategy.num_replicas_in_sync == 1:
             return tf.function(self._run(body), input_signature=_BATCH_SIGNATURE)
         return _TracedOnce(self._run(body), self.strategy)
@@ -163,7 +185,10 @@ class TrainStep:
             loss_sum, tokens = token_loss(
                 logits, batch["targets"], self.label_smoothing
             )
-        return tape.gradient(loss_sum, variables), loss_sum, tokens
+            scaled = loss_sum
+            if self.loss_scale is not None:
+                scaled = self.loss_scale.scale_loss(loss_sum)
+        return tape.gradient(scaled, variables), loss_sum, tokens
 
     def _accumulate_body(self, batch):
         gradients, loss_sum, tokens = self._gradients(batch)
@@ -184,8 +209,10 @@ class TrainStep:
 
         A NaN/Inf loss, gradient norm or learning rate skips the whole update
         (weights, slots and the update count stay as they were) and is counted; the
-        loop stops the run after `max_consecutive_bad_updates` in a row. Returns the
-        window's all-reduced loss sum, token count and stop votes.
+        loop stops the run after `max_consecutive_bad_updates` in a row. Under loss
+        scaling, a finite loss with a non-finite gradient is an overflow instead: the
+        update is skipped and the scale lowered (see training/loss_scale.py).
+        Returns the window's all-reduced loss sum, token count and stop votes.
         """
         context = tf.distribute.get_replica_context()
         votes = tf.identity(self._stop_vote)
@@ -199,6 +226,8 @@ class TrainStep:
         # plain "adam" is LazyAdam). Densifying once per update costs one vocab×hidden
         # add; the micro-steps stay sparse.
         scale = 1.0 / tf.maximum(tokens, 1.0)
+        if self.loss_scale is not None:
+            scale *= self.loss_scale.unscale_factor()
         gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
         variables = self.model.trainable_variables
         if self.weight_decay > 0:
@@ -212,52 +241,64 @@ class TrainStep:
                 gradients, self.clip_grad_norm, use_norm=norm
             )
         rate = tf.convert_to_tensor(self.optimizer.learning_rate)
-        finite = (
-            tf.math.is_finite(loss_sum)
-            & tf.math.is_finite(norm)
-            & tf.math.is_finite(tf.cast(rate, tf.float32))
+        finite_loss = tf.math.is_finite(loss_sum) & tf.math.is_finite(
+            tf.cast(rate, tf.float32)
         )
-        self._apply_or_skip(finite, gradients)
+        finite_gradients = tf.math.is_finite(norm)
+        overflow = tf.constant(False)
+        if self.loss_scale is not None:
+            overflow = finite_loss & ~finite_gradients & self.loss_scale.can_lower()
+        self._apply_or_skip(finite_loss & finite_gradients, overflow, gradients)
         return {
             "window_loss_sum": loss_sum,
             "window_tokens": tokens,
             "stop_votes": votes,
         }
 
-    def _apply_or_skip(self, finite, gradients):
-        """tf.cond(finite, apply, skip), placed where tf.distribute allows it.
+    def _apply_or_skip(self, finite, overflow, gradients):
+        """tf.cond(finite, apply, skip), placed where tf.distribute allows it; a
+        skip is an overflow (lower the loss scale) or a bad update (count it).
 
         Keras's apply synchronizes replicas (merge_call), which tf.distribute forbids
         inside a tf.cond in replica context; then the cond runs in cross-replica
         context around a per-replica apply, as Keras's LossScaleOptimizer does.
-        `finite` is the same on every replica (it comes from all-reduced values).
+        `finite` and `overflow` are the same on every replica (they come from
+        all-reduced values).
         """
         variables = self.model.trainable_variables
 
         def apply(gradients):
             self.optimizer.apply(gradients, variables)
             self.bad_updates_in_a_row.assign(0)
+            if self.loss_scale is not None:
+                self.loss_scale.on_applied()
 
-        def skip():
+        def bad_update():
             self.bad_updates_in_a_row.assign_add(1)
             self.skipped_updates.assign_add(1)
 
+        def skip(overflow):
+            if self.loss_scale is None:
+                return bad_update()
+            return tf.cond(overflow, self.loss_scale.on_overflow, bad_update)
+
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
-            tf.cond(finite, lambda: apply(gradients), skip)
+            tf.cond(finite, lambda: apply(gradients), lambda: skip(overflow))
             return
 
-        def cross_replica(distribution, finite, gradients):
+        def cross_replica(distribution, finite, overflow, gradients):
             finite = distribution.experimental_local_results(finite)[0]
+            overflow = distribution.experimental_local_results(overflow)[0]
             tf.cond(
                 finite,
                 lambda: distribution.extended.call_for_each_replica(
                     apply, args=(gradients,)
                 ),
-                skip,
+                lambda: skip(overflow),
             )
 
         tf.distribute.get_replica_context().merge_call(
-            cross_replica, args=(finite, gradients)
+            cross_replica, args=(finite, overflow, gradients)
         )
 
 

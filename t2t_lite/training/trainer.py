@@ -47,6 +47,9 @@ class RunConfig:
     log_steps: int = 100
     random_seed: int = 1
     deterministic: bool = False  # TF op determinism: bitwise-repeatable runs, slower
+    # XLA-compile the forward+backward; training batches are padded to their bucket's
+    # length so that XLA compiles once per bucket:
+    xla: bool = False
     # BLEU at every evaluation, for problems with dev text (translation problems):
     eval_bleu_sentences: int = 0  # dev sentences decoded; 0: no BLEU; < 0: all
     eval_decode_hparams: object = None  # decode_hparams(); None: greedy, a cheap trend
@@ -54,13 +57,20 @@ class RunConfig:
 
 def simulation_line(hp, replicas):
     """The start-up line stating what a micro-step and an update stand for."""
-    n = accumulate_steps(hp)
+    n = accumulate_steps(hp, replicas)
     per_update = hp.batch_size * n * replicas
-    return (
+    line = (
         f"micro-batch {hp.batch_size} tokens × {n} accumulation steps × "
         f"{replicas} replica{'s' if replicas != 1 else ''} = {per_update} "
         f"tokens/update (simulating {n * replicas} GPU{'s' if n * replicas != 1 else ''})"
     )
+    if hp.effective_batch_size > 0:
+        line += (
+            f"; accumulation steps = ceil(effective_batch_size {hp.effective_batch_size}"
+            f" / ({hp.batch_size} × {replicas})) = {n}, rounded up by "
+            f"{per_update - hp.effective_batch_size} tokens"
+        )
+    return line
 
 
 class Trainer:
@@ -91,7 +101,7 @@ class Trainer:
         self.problem = PROBLEMS.get(config.problem)()
         self.problem.load(config.data_dir or None)
         MODELS.get(config.model)  # an unknown name fails before anything is written
-        self.n = accumulate_steps(hp)
+        self.n = accumulate_steps(hp, self.replicas)
         if self.chief:
             run_dir.prepare_output_dir(config.output_dir, hp)
             run_dir.check_run_identity(
@@ -100,7 +110,9 @@ class Trainer:
                     "problem": config.problem,
                     "model": config.model,
                     "vocab_fingerprint": self.problem.vocab_fingerprint(),
+                    "accumulate_steps": self.n,
                 },
+                hints={"accumulate_steps": self._accumulation_hint()},
             )
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
@@ -111,6 +123,7 @@ class Trainer:
             train_steps=config.train_steps,
             model=config.model,
             strategy=self.strategy,
+            jit_compile=config.xla,
         )
         self.model, self.optimizer = self.run.model, self.run.optimizer
         self.schedule, self.step = self.run.schedule, self.run.step
@@ -131,6 +144,17 @@ class Trainer:
             self._checkpoint_dir(),
             config.keep_checkpoint_max,
             self.model.trainable_variables,
+        )
+
+    def _accumulation_hint(self):
+        """Why n changed on resume: only effective_batch_size makes it depend on
+        the replica count (n itself is an hparam, guarded with the others)."""
+        if self.hp.effective_batch_size <= 0:
+            return None
+        return (
+            f" (effective_batch_size {self.hp.effective_batch_size} on "
+            f"{self.replicas} replica(s) of batch_size {self.hp.batch_size}); resume "
+            "on the replica count it was trained on, or use a new output_dir."
         )
 
     def _checkpoint_dir(self):
@@ -177,7 +201,8 @@ class Trainer:
     # --- data ---------------------------------------------------------------------
 
     def dataset(self, split, training, seed=None, replica=0, num_replicas=1):
-        """Token-batched `split`; for training, shard `replica` of `num_replicas`."""
+        """Token-batched `split`; for training, shard `replica` of `num_replicas`
+        (padded to bucket lengths under XLA: one compiled shape per bucket)."""
         return batches_from_hparams(
             self.problem,
             self.hp,
@@ -187,6 +212,7 @@ class Trainer:
             seed=seed,
             replica=replica,
             num_replicas=num_replicas,
+            pad_to_bucket=training and self.config.xla,
         )
 
     def _replica_train_dataset(self, replica, num_replicas):
@@ -395,16 +421,38 @@ class Trainer:
             tf.summary.scalar(
                 "skipped_updates", tf.convert_to_tensor(self.step.skipped_updates)
             )
+            scaling = self._loss_scale_state()
+            if scaling:
+                tf.summary.scalar("loss_scale", scaling[0])
+                tf.summary.scalar("overflow_updates", scaling[1])
         logging.info(
-            "step %d, update %d, loss %.4f, lr %.3g, %.0f tokens/s, ETA %s",
+            "step %d, update %d, loss %.4f, lr %.3g, %.0f tokens/s, ETA %s%s",
             done,
             update,
             loss,
             rate,
             tokens_per_s,
             format_seconds(eta),
+            _loss_scale_text(scaling),
+        )
+
+    def _loss_scale_state(self):
+        """(loss scale, updates skipped for overflow) under float16, else None."""
+        scale = self.step.loss_scale
+        if scale is None:
+            return None
+        return float(tf.convert_to_tensor(scale.scale)), int(
+            tf.convert_to_tensor(scale.overflows)
         )
 
     def _close_writers(self):
         for writer in self._writers.values():
             writer.close()
+
+
+def _loss_scale_text(scaling):
+    """The log line's loss-scale part under float16 ("" otherwise)."""
+    if not scaling:
+        return ""
+    scale, overflows = scaling
+    return f", loss scale {scale:g} ({overflows} overflow updates skipped)"

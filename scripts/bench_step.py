@@ -1,0 +1,201 @@
+"""The train step alone on a translation-sized model: tokens/s, side by side.
+
+Configuration (issue 10's translation setup): transformer_base with 3+3 layers of
+256, filter 1024, 4 heads, dropout 0.1, label smoothing 0.1, a shared vocabulary of
+8000, micro-batches of 2048 tokens × 4 accumulation steps. The batches are made once
+by t2t_lite's own token bucketing from a synthetic corpus whose sentence lengths
+follow a lognormal distribution (median ~20 tokens, long tail up to max_length 100)
+with Zipf-distributed ids, and every configuration trains on the same ones.
+
+Each configuration runs in a fresh child process (a compute dtype, and optionally
+other copies of the package: `--packages=LABEL=DIR,...` puts DIR first on PYTHONPATH,
+e.g. a `git archive` of an older commit, to measure a change before/after in one
+run).
+Configurations take turns (benchlib.interleave); the report gives target tokens/s
+per round and the median ratio to the first configuration. `--op_stats` prints the
+TF profiler's op-type table of each configuration once (where the time goes).
+
+  python scripts/bench_step.py --dtypes=float32,bfloat16 --rounds=3
+  mkdir /tmp/before && git archive HEAD t2t_lite | tar -x -C /tmp/before
+  python scripts/bench_step.py --packages=before=/tmp/before --dtypes=float32
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+TRANSLATION_HPARAMS = (
+    "num_hidden_layers=3,hidden_size=256,filter_size=1024,num_heads=4,"
+    "batch_size=2048,max_length=100,optimizer_multistep_accumulate_steps=4"
+)
+VOCAB = 8000
+
+
+def synthetic_examples(count, seed, vocab=VOCAB, max_length=100):
+    """Parallel id sequences with realistic lengths: lognormal (median ~20), targets
+    ~10% longer than inputs, Zipf ids in [2, vocab), EOS (1) last."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(np.log(20), 0.6, count), 1, max_length - 1)
+
+    def sentence(length):
+        ids = np.minimum(rng.zipf(1.2, int(length)) + 1, vocab - 1)
+        return np.append(ids, 1).astype(np.int64)
+
+    for length in lengths:
+        target = np.clip(length * rng.normal(1.1, 0.1), 1, max_length - 1)
+        yield {"inputs": sentence(length), "targets": sentence(target)}
+
+
+def translation_batches(hp, count, seed=1):
+    """`count` token-bucketed micro-batches of the synthetic corpus, in memory."""
+    import tensorflow as tf
+
+    from t2t_lite.data.pipeline import make_dataset
+
+    examples = list(synthetic_examples(40 * count, seed))
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter(examples),
+        output_signature={
+            "inputs": tf.TensorSpec([None], tf.int64),
+            "targets": tf.TensorSpec([None], tf.int64),
+        },
+    )
+    dataset = make_dataset(
+        dataset,
+        batch_size=hp.batch_size,
+        max_length=hp.max_length,
+        training=True,
+        seed=seed,
+    )
+    return [
+        {k: tf.constant(v.numpy(), tf.int32) for k, v in batch.items()}
+        for batch in dataset.take(count)
+    ]
+
+
+def child(args):
+    """Builds the run, traces on every batch shape, then times `steps` micro-steps;
+    prints one JSON line."""
+    import benchlib
+
+    import t2t_lite
+
+    overrides = TRANSLATION_HPARAMS  # (older copies do not know activation_dtype)
+    if args.dtype != "float32":
+        overrides += f",activation_dtype={args.dtype}"
+    hp = benchlib.hparams("transformer_base", overrides)
+    run = benchlib.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
+    batches = translation_batches(hp, args.batches)
+    tokens = [benchlib.non_pad_tokens(b) for b in batches]
+    step = 0
+    for batch in batches:  # trace once, warm up
+        run.step(batch, step)
+        step += 1
+    began = time.perf_counter()
+    done_tokens = 0
+    for i in range(args.steps):
+        out = run.step(batches[i % len(batches)], step)
+        done_tokens += tokens[i % len(batches)]
+        step += 1
+    float(out["loss_sum"][0])  # wait for the last step
+    seconds = time.perf_counter() - began
+    report = {
+        "package": os.path.dirname(os.path.dirname(t2t_lite.__file__)),
+        "tokens_per_second": done_tokens / seconds,
+        "ms_per_micro_step": 1e3 * seconds / args.steps,
+    }
+    if args.op_stats:
+        report["op_stats_ms"] = op_stats(run, batches, step)
+    print(json.dumps(report))
+
+
+def op_stats(run, batches, step, top=14):
+    """{op type: self ms per micro-step} over one pass of `batches` (TF profiler)."""
+    import benchlib
+
+    def steps():
+        for i, batch in enumerate(batches):
+            run.step(batch, step + i)
+
+    totals = benchlib.op_type_stats(steps, len(batches))
+    if totals is None:
+        return {}
+    return {name: round(1e3 * s, 2) for name, s in totals.most_common(top)}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument(
+        "--packages", default="", help="LABEL=DIR,...: package copies to compare"
+    )
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batches", type=int, default=24, help="distinct micro-batches")
+    p.add_argument("--steps", type=int, default=48, help="timed micro-steps")
+    p.add_argument("--op_stats", action="store_true")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.child:
+        return child(args)
+    import benchlib
+
+    benchlib.print_start()
+    packages = [item.split("=", 1) for item in args.packages.split(",") if item]
+    packages.append(("current", ""))
+    configs = [
+        (label, path, d) for label, path in packages for d in args.dtypes.split(",")
+    ]
+    results = {config: [] for config in configs}
+
+    def run_one(config, round_index):
+        _, path, dtype = config
+        flags = [f"--dtype={dtype}", f"--batches={args.batches}"]
+        flags += [f"--steps={args.steps}"]
+        if args.op_stats and round_index == 0:
+            flags.append("--op_stats")
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE) if p)}
+        out, _ = benchlib.run_python([__file__, "--child", *flags], env=env)
+        results[config].append(benchlib.last_json(out))
+
+    benchlib.interleave(configs, args.rounds, run_one, label="bench_step")
+    print(benchlib.environment())
+    report(configs, results)
+
+
+def report(configs, results):
+    import benchlib
+
+    base = [r["tokens_per_second"] for r in results[configs[0]]]
+    summary = {}
+    for config in configs:
+        label = f"{config[0]} {config[2]}"
+        values = [r["tokens_per_second"] for r in results[config]]
+        ratio = benchlib.median_ratio(values, base)
+        print(
+            f"{label:<20} tokens/s per round "
+            + " ".join(f"{v:7.0f}" for v in values)
+            + f"   median ratio to {configs[0][0]} {configs[0][2]}: {ratio:.3f}"
+        )
+        stats = results[config][0].get("op_stats_ms")
+        if stats:
+            print(
+                "   op self ms/micro-step: "
+                + ", ".join(f"{k} {v}" for k, v in stats.items())
+            )
+        summary[label] = {"tokens_per_second": values, "median_ratio": ratio}
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
