@@ -80,7 +80,13 @@ class GradientAccumulator(tf.Module):
         )
 
     def reset(self):
+        """Zeroes the sums in place. Not `assign(zeros_like(...))`: the compiled
+        update folds that into constant zero tensors (one per shape) which the
+        accumulators then alias, so the next window's first add copies them and the
+        constants stay live (~ one more model copy, tests/test_memory.py). 0 * sum
+        via multiply_no_nan computes zeros from the sum's own buffer, and is 0 even
+        where an overflowed window left Inf or NaN (0 * Inf would be NaN)."""
         for accumulator in self.gradients:
-            accumulator.assign(tf.zeros_like(accumulator))
+            accumulator.assign(tf.math.multiply_no_nan(accumulator.read_value(), 0.0))
         self.loss_sum.assign(0.0)
         self.tokens.assign(0.0)
