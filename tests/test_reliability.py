@@ -4,6 +4,7 @@ failed checkpoint writes."""
 import glob
 import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -84,8 +85,23 @@ def test_consecutive_bad_updates_stop_the_run_and_keep_the_good_checkpoint(
             assert np.all(np.isfinite(reader.get_tensor(name))), name
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
-    _trainer(tmp_path, 4).train()  # checkpoints model-2 and model-4
+@pytest.fixture(scope="module")
+def four_step_run(tmp_path_factory):
+    """A run with checkpoints model-2 and model-4, trained once for the module."""
+    path = tmp_path_factory.mktemp("four_steps")
+    _trainer(path, 4).train()
+    return path
+
+
+def _copy(run, tmp_path):
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
+    tmp_path, caplog, four_step_run
+):
+    tmp_path = _copy(four_step_run, tmp_path)
     (data_file,) = glob.glob(os.path.join(tmp_path, "model-4.data-*"))
     with open(data_file, "r+b") as f:
         f.truncate(os.path.getsize(data_file) // 2)
@@ -96,8 +112,10 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog
 
 
 @pytest.mark.parametrize("damage", [b"garbage{{", b"", None])
-def test_a_damaged_or_missing_state_file_loses_no_checkpoint(tmp_path, damage):
-    _trainer(tmp_path, 4).train()  # checkpoints model-2 and model-4
+def test_a_damaged_or_missing_state_file_loses_no_checkpoint(
+    tmp_path, four_step_run, damage
+):
+    tmp_path = _copy(four_step_run, tmp_path)
     state = os.path.join(tmp_path, "checkpoint")
     if damage is None:
         os.remove(state)
@@ -110,8 +128,8 @@ def test_a_damaged_or_missing_state_file_loses_no_checkpoint(tmp_path, damage):
     assert os.path.exists(os.path.join(tmp_path, "model-6.index"))
 
 
-def test_no_readable_checkpoint_is_a_clear_error(tmp_path):
-    _trainer(tmp_path, 2).train()
+def test_no_readable_checkpoint_is_a_clear_error(tmp_path, four_step_run):
+    tmp_path = _copy(four_step_run, tmp_path)
     for data_file in glob.glob(os.path.join(tmp_path, "model-*.data-*")):
         with open(data_file, "wb") as f:
             f.write(b"garbage")
