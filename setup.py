@@ -18,10 +18,15 @@ setup(
         "sentencepiece==0.2.*",  # subword vocabularies (t2t-datagen)
         "tensorflow-datasets==4.9.*",  # TFDS translation problems (read, never fetched)
         "sacrebleu==2.*",  # BLEU/chrF with standard signatures (t2t-bleu, BLEU during training)
+        "tensorflow-text==2.21.*",  # SentencePiece ops inside t2t-exporter's SavedModels
+        "matplotlib==3.10.*",  # t2t-plot's figures (Agg backend: no display needed)
     ],
     extras_require={
         "test": [
             "pytest==9.*",
+            # two test processes: the suite is mostly single-threaded Python, tracing
+            # and subprocess start-up, so -n 2 on 2 cores runs it in 0.67x the time
+            "pytest-xdist==3.8.*",
             # scripts/bench_peers.py's Keras peer (tests/test_bench_peers.py runs it);
             # tensorflow-text is what keras-hub pulls in, pinned to our TF:
             "keras-hub==0.32.0",
@@ -35,6 +40,8 @@ setup(
             "t2t-decoder=t2t_lite.bin.decoder:run",
             "t2t-avg-all=t2t_lite.bin.avg_checkpoints:run",
             "t2t-bleu=t2t_lite.bin.bleu:run",
+            "t2t-exporter=t2t_lite.bin.exporter:run",
+            "t2t-plot=t2t_lite.bin.plot:run",
         ],
     },
 )

@@ -4,6 +4,10 @@ Importing the package imports every module that registers something, so every
 registered name exists as soon as `import t2t_lite` returns.
 """
 
+from t2t_lite import console
+
+console.quiet()  # before TensorFlow's first import: see t2t_lite/console.py
+
 from t2t_lite import (
     hparams_sets,  # noqa: F401  (registers hparams sets)
     registrations,  # noqa: F401  (registers models and problems)

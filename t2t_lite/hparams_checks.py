@@ -8,20 +8,16 @@ error from deep inside TensorFlow minutes later.
 
 from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.schedule import parse_schedule
-from t2t_lite.registry import OPTIMIZERS
+from t2t_lite.registry import MODELS, OPTIMIZERS
 
+# What the trainer, the data pipeline, the optimizer and the schedule read, for every
+# model. A user's hparams set starts from a registered one, so it has them all.
 _POSITIVE = (
-    "hidden_size",
-    "filter_size",
-    "num_hidden_layers",
-    "num_heads",
     "batch_size",
     "min_length_bucket",
     "max_consecutive_bad_updates",
 )
 _NON_NEGATIVE = (
-    "num_encoder_layers",
-    "num_decoder_layers",
     "max_length",
     "optimizer_multistep_accumulate_steps",
     "clip_grad_norm",
@@ -30,20 +26,35 @@ _NON_NEGATIVE = (
     "learning_rate_warmup_steps",
     "learning_rate_decay_steps",
     "learning_rate_decay_rate",
-    "norm_epsilon",
-    "initializer_gain",
     "optimizer_adam_epsilon",
     "effective_batch_size",
 )
 ACTIVATION_DTYPES = ("float32", "bfloat16", "float16")
 _PROBABILITIES = (  # in [0, 1)
-    "layer_prepostprocess_dropout",
-    "attention_dropout",
-    "relu_dropout",
     "label_smoothing",
     "optimizer_adam_beta1",
     "optimizer_adam_beta2",
     "optimizer_momentum_momentum",
+)
+_OTHER_REQUIRED = (
+    "length_bucket_step",
+    "activation_dtype",
+    "optimizer",
+    "learning_rate_schedule",
+)
+# The Transformer's own keys (models/transformer.py validate_hparams): checked only
+# for models that declare they use them, so a user model may ignore them.
+TRANSFORMER_POSITIVE = ("hidden_size", "filter_size", "num_hidden_layers", "num_heads")
+TRANSFORMER_NON_NEGATIVE = (
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "norm_epsilon",
+    "initializer_gain",
+)
+TRANSFORMER_PROBABILITIES = (
+    "layer_prepostprocess_dropout",
+    "attention_dropout",
+    "relu_dropout",
 )
 
 
@@ -51,19 +62,44 @@ def _fail(key, value, expected):
     raise HParamsError(f"hparam '{key}' must be {expected}, got {value!r}.")
 
 
-def validate(hp):
-    """Raises HParamsError (one line, naming the key) for the first bad value."""
-    for key in _POSITIVE:
+def check_ranges(hp, positive=(), non_negative=(), probabilities=()):
+    """Raises HParamsError (one line, naming the key) for the first value out of
+    range: > 0, >= 0, in [0, 1)."""
+    for key in positive:
         if getattr(hp, key) <= 0:
             _fail(key, getattr(hp, key), "> 0")
-    for key in _NON_NEGATIVE:
+    for key in non_negative:
         if getattr(hp, key) < 0:
             _fail(key, getattr(hp, key), ">= 0")
-    for key in _PROBABILITIES:
+    for key in probabilities:
         if not 0.0 <= getattr(hp, key) < 1.0:
             _fail(key, getattr(hp, key), "in [0, 1)")
+
+
+def check_transformer_hparams(hp):
+    """The Transformer's checks (called through Transformer.validate_hparams)."""
+    check_ranges(
+        hp, TRANSFORMER_POSITIVE, TRANSFORMER_NON_NEGATIVE, TRANSFORMER_PROBABILITIES
+    )
     if hp.hidden_size % hp.num_heads:
         _fail("num_heads", hp.num_heads, f"a divisor of hidden_size {hp.hidden_size}")
+
+
+def validate(hp, model="transformer"):
+    """Raises HParamsError (one line, naming the key) for the first bad value.
+
+    model: a registered model name or class; its `validate_hparams(hp)` classmethod,
+    if it has one, checks the keys only that model reads (None: no model checks).
+    """
+    required = _POSITIVE + _NON_NEGATIVE + _PROBABILITIES + _OTHER_REQUIRED
+    missing = [key for key in required if key not in hp]
+    if missing:
+        raise HParamsError(
+            f"hparams lack {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+            ", which training reads: start your hparams set from a registered one "
+            "(e.g. transformer_base()) and declare only your model's new keys."
+        )
+    check_ranges(hp, _POSITIVE, _NON_NEGATIVE, _PROBABILITIES)
     if hp.length_bucket_step <= 1.0:
         _fail("length_bucket_step", hp.length_bucket_step, "> 1")
     if hp.activation_dtype not in ACTIVATION_DTYPES:
@@ -73,6 +109,10 @@ def validate(hp):
             "hparams effective_batch_size and optimizer_multistep_accumulate_steps "
             "both set the accumulation steps; set one of them."
         )
+    model_class = MODELS.get(model) if isinstance(model, str) else model
+    model_checks = getattr(model_class, "validate_hparams", None)
+    if model_checks is not None:
+        model_checks(hp)
     OPTIMIZERS.get(hp.optimizer)
     parse_schedule(hp.learning_rate_schedule)
     return hp

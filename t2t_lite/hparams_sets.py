@@ -136,3 +136,19 @@ def transformer_test():
         learning_rate_constant=0.01,
         learning_rate_warmup_steps=10,
     )
+
+
+def with_new_keys_at_defaults(stored):
+    """(hp, added): `stored` (an older run's hparams.json) with every key declared
+    since then added at transformer_base's default, and the names of those keys.
+
+    A new hparam's default keeps the behaviour that existed before it was declared
+    (a rule for whoever declares one), so an older run resumes and decodes as it
+    trained. Keys `stored` has that transformer_base does not (a user model's) stay.
+    """
+    hp, added = stored.copy(), []
+    for key, value in transformer_base().values().items():
+        if key not in hp:
+            hp.declare(key, value)
+            added.append(key)
+    return hp, added

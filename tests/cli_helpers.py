@@ -29,6 +29,8 @@ PROGRAMS = {
     "decoder": "t2t-decoder",
     "avg_checkpoints": "t2t-avg-all",
     "bleu": "t2t-bleu",
+    "exporter": "t2t-exporter",
+    "plot": "t2t-plot",
 }
 _BIN = "t2t_lite.bin."
 _PUT_ASIDE = {}  # CLI module name -> {flag name: Flag}, while another CLI runs
@@ -42,10 +44,11 @@ class CliResult:
 
 
 def _cli_flags():
-    """{flag name: (defining module, Flag)} of the flags defined in t2t_lite.bin."""
+    """{flag name: (defining module, Flag)} of the flags defined in t2t_lite.bin's
+    CLI modules (bin/common.py's, e.g. --t2t_usr_dir, belong to every CLI)."""
     result = {}
     for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
-        if module.startswith(_BIN):
+        if module.startswith(_BIN) and module != _BIN + "common":  # shared by all
             for flag in module_flags:
                 result[flag.name] = (module, flag)
     return result

@@ -36,7 +36,6 @@ from accumulation_helpers import (
     run,
     tiny_hparams,
     tolerance_ratio,
-    uneven_micro_batches,
 )
 from cli_helpers import run_cli, tiny_trainer_flags
 

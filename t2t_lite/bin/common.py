@@ -5,6 +5,15 @@ import sys
 from absl import app, flags
 
 from t2t_lite.errors import UserError, first_line
+from t2t_lite.usr_dir import import_usr_dir
+
+flags.DEFINE_string(
+    "t2t_usr_dir",
+    "",
+    "A directory holding your Python package (with __init__.py); importing it "
+    "registers your hparams sets, problems, models, optimizers and schedule factors "
+    "(README: Extending).",
+)
 
 
 def _error(program, message):
@@ -28,6 +37,8 @@ def run_main(main, program):
 
     def guarded(argv):
         try:
+            if flags.FLAGS.t2t_usr_dir:
+                import_usr_dir(flags.FLAGS.t2t_usr_dir)
             return main(argv)
         except UserError as e:
             return _error(program, e)

@@ -2,7 +2,8 @@
 
     t2t-datagen --problem=translate_parallel_text --data_dir=data/mine \\
       --train_source=train.de --train_target=train.en \\
-      --dev_source=dev.de --dev_target=dev.en
+      --dev_source=dev.de --dev_target=dev.en \\
+      --test_source=test.de --test_target=test.en   # optional
 
 Re-running with the same inputs does nothing; an interrupted run leaves no data that
 reads as complete (the manifest is written last).
@@ -31,6 +32,13 @@ flags.DEFINE_list(
 flags.DEFINE_list("train_target", [], "Training target file(s), line-aligned.")
 flags.DEFINE_list("dev_source", [], "Dev source file(s); optional, see --dev_holdout.")
 flags.DEFINE_list("dev_target", [], "Dev target file(s), line-aligned.")
+flags.DEFINE_list(
+    "test_source",
+    [],
+    "Test source file(s), optional (e.g. newstest2014); written like dev, for "
+    "t2t-trainer/t2t-decoder --eval_use_test_set.",
+)
+flags.DEFINE_list("test_target", [], "Test target file(s), line-aligned.")
 flags.DEFINE_integer(
     "dev_holdout",
     1000,
@@ -102,6 +110,8 @@ def _config():
         train_target=tuple(FLAGS.train_target),
         dev_source=tuple(FLAGS.dev_source),
         dev_target=tuple(FLAGS.dev_target),
+        test_source=tuple(FLAGS.test_source),
+        test_target=tuple(FLAGS.test_target),
         dev_holdout=FLAGS.dev_holdout,
         tfds_data_dir=FLAGS.tfds_data_dir,
         tfds_manual_dir=FLAGS.tfds_manual_dir,

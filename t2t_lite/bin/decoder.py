@@ -34,13 +34,19 @@ flags.DEFINE_string(
     "decode_from_file",
     "",
     "Translate this file, one sentence a line. Default (and no --decode_interactive): "
-    "the problem's dev set, scored with BLEU.",
+    "the problem's dev set (test set with --eval_use_test_set), scored with BLEU.",
 )
 flags.DEFINE_string(
     "decode_to_file",
     "",
-    "Write translations here (default: standard output; for the dev set: "
-    "RUN/decode.dev.txt).",
+    "Write translations here (default: standard output; for the dev/test set: "
+    "RUN/decode.dev.txt / RUN/decode.test.txt).",
+)
+flags.DEFINE_boolean(
+    "eval_use_test_set",
+    False,
+    "Decode and score the problem's test split instead of dev (T2T's flag, as in "
+    "t2t-trainer); writes RUN/decode.test.txt.",
 )
 flags.DEFINE_boolean(
     "decode_interactive", False, "Read sentences from stdin, print each translation."
@@ -131,12 +137,14 @@ def _decode_file(decoder, problem, hp, lines):
     _report(len(lines), time.perf_counter() - start, hp, FLAGS.decode_to_file)
 
 
-def _decode_dev(decoder, problem, hp, run_dir):
-    """T2T's default: decode the problem's dev set and score it with BLEU."""
-    sources, references = problem.dev_text()
+def _decode_split(decoder, problem, hp, run_dir, split="dev"):
+    """T2T's default: decode the problem's dev (or test) set and score it with BLEU."""
+    sources, references = (
+        problem.dev_text() if split == "dev" else problem.split_text(split)
+    )
     start = time.perf_counter()
-    outputs = _translate(decoder, problem, hp, list(enumerate(sources, 1)), "dev")
-    path = FLAGS.decode_to_file or os.path.join(run_dir, "decode.dev.txt")
+    outputs = _translate(decoder, problem, hp, list(enumerate(sources, 1)), split)
+    path = FLAGS.decode_to_file or os.path.join(run_dir, f"decode.{split}.txt")
     _write(outputs, path)
     _report(len(outputs), time.perf_counter() - start, hp, path)
     best = [line.split("\t")[0] for line in outputs]
@@ -179,6 +187,11 @@ def main(argv):
             "--decode_interactive reads stdin and prints to stdout; drop "
             "--decode_from_file/--decode_to_file (or --decode_interactive)."
         )
+    if FLAGS.eval_use_test_set and (FLAGS.decode_from_file or FLAGS.decode_interactive):
+        raise UserError(
+            "--eval_use_test_set decodes the problem's test split; drop it, or "
+            "--decode_from_file/--decode_interactive."
+        )
     lines = _read_source() if FLAGS.decode_from_file else None
     dhp = decode_hparams(FLAGS.decode_hparams, flag="--decode_hparams")
     logging.set_verbosity(logging.INFO)
@@ -191,6 +204,9 @@ def main(argv):
         hparams=FLAGS.hparams,
         data_dir=FLAGS.data_dir,
     )
+    split = "test" if FLAGS.eval_use_test_set else "dev"
+    if FLAGS.eval_use_test_set:
+        problem.require_split(split)  # one line for data without a test split
     print(f"t2t-decoder: decoding with {path}", file=sys.stderr)
     decoder = Decoder(
         model,
@@ -203,7 +219,7 @@ def main(argv):
     elif FLAGS.decode_interactive:
         _decode_interactive(decoder, problem, dhp)
     else:
-        _decode_dev(decoder, problem, dhp, os.path.dirname(path))
+        _decode_split(decoder, problem, dhp, os.path.dirname(path), split)
     return 0
 
 

@@ -4,12 +4,16 @@ Stages, each logged:
   1. check the inputs (every file read once: encoding, alignment; nothing written);
   2. train the SentencePiece vocabulary (shared, or one per side) on the training pairs;
   3. encode and write the training pairs to random shards in tmp_dir, then shuffle
-     each shard into data_dir; write dev (one shard, corpus order) and its text;
+     each shard into data_dir; write dev (one shard, corpus order) and its text, and
+     the same for test when the corpus has a test split (test files, a TFDS test
+     split, the numbers problem's generated one);
   4. write the manifest last: from then on the data_dir reads as complete.
 
 Re-running with the same inputs and settings finds the manifest and does nothing;
 different settings are refused unless `overwrite` (the old manifest is deleted first,
-so an interrupted overwrite never reads as valid data).
+so an interrupted overwrite never reads as valid data). Data written before test splits
+existed stays valid: a re-run that would only add a test split says so and does
+nothing (overwrite adds it), unless test files were given explicitly.
 """
 
 import dataclasses
@@ -21,7 +25,7 @@ import numpy as np
 
 from t2t_lite.data import datagen_report, tfrecords
 from t2t_lite.data.datagen_report import SplitStats
-from t2t_lite.data.text_problems import SIDES, vocab_file_names
+from t2t_lite.data.text_problems import FILE_OPTIONS, SIDES, vocab_file_names
 from t2t_lite.data.vocab import train_sentencepiece
 from t2t_lite.errors import UserError
 from t2t_lite.fileio import write_atomically
@@ -46,6 +50,8 @@ class DatagenConfig:
     train_target: tuple = ()
     dev_source: tuple = ()
     dev_target: tuple = ()
+    test_source: tuple = ()  # optional test split (e.g. newstest2014), kept like dev
+    test_target: tuple = ()
     dev_holdout: int = 1000  # dev pairs held out of train when no dev files
     tfds_data_dir: str = ""
     tfds_manual_dir: str = ""
@@ -85,10 +91,16 @@ def generate(problem, data_dir, tmp_dir=None, config=None, log=print):
     identity = _identity(problem, corpus, config)
     existing = _existing_manifest(problem, data_dir, identity, config)
     if existing is not None:
-        log(
-            f"{data_dir} already holds {problem.name} generated from the same inputs "
-            f"and settings; nothing to do (set overwrite to regenerate)."
-        )
+        if _jsonable(identity) == existing.get("identity"):
+            log(
+                f"{data_dir} already holds {problem.name} generated from the same "
+                f"inputs and settings; nothing to do (set overwrite to regenerate)."
+            )
+        else:
+            log(
+                f"{data_dir} holds {problem.name} data written without a test split; "
+                f"keeping it, nothing to do (set overwrite to regenerate it with one)."
+            )
         return {**existing["summary"], "skipped": True}
     started = time.perf_counter()
     corpus.check(log)  # Bad inputs fail here, before anything is deleted or written.
@@ -127,7 +139,7 @@ def _identity(problem, corpus, config):
     # does not change what is written.
     for key in ("overwrite", "log_every", "tfds_manual_dir", "tfds_data_dir"):
         settings.pop(key)
-    for key in ("train_source", "train_target", "dev_source", "dev_target"):
+    for key in FILE_OPTIONS:
         settings.pop(key)
     settings["vocab_size"] = config.vocab_size or problem.default_vocab_size
     return {"corpus": corpus.describe(), "settings": settings}
@@ -149,6 +161,13 @@ def _existing_manifest(problem, data_dir, identity, config):
     )
     if same and files_ok:
         return None if config.overwrite else manifest
+    if files_ok and not config.overwrite and _only_test_split_added(identity, manifest):
+        if config.test_source:
+            raise UserError(
+                f"{data_dir} already holds {problem.name} data without a test split; "
+                f"set overwrite to regenerate it with test_source/test_target."
+            )
+        return manifest  # written before test splits existed: still valid
     if not config.overwrite and files_ok:
         raise UserError(
             f"{data_dir} already holds {problem.name} data generated from other "
@@ -156,6 +175,23 @@ def _existing_manifest(problem, data_dir, identity, config):
             f"use another data_dir, or set overwrite to replace it."
         )
     return None
+
+
+def _without_test(value):
+    """`value` with every dict entry named "test" removed, recursively."""
+    if isinstance(value, dict):
+        return {k: _without_test(v) for k, v in value.items() if k != "test"}
+    if isinstance(value, list):
+        return [_without_test(v) for v in value]
+    return value
+
+
+def _only_test_split_added(identity, manifest):
+    """True if `manifest` (with no test split) differs from `identity` only by the
+    test split the new inputs would add (data written before test splits existed)."""
+    if "test" in manifest["splits"]:
+        return False
+    return _without_test(_jsonable(identity)) == _without_test(manifest.get("identity"))
 
 
 def _jsonable(value):
@@ -298,15 +334,16 @@ def _write_train(problem, corpus, vocabs, config, data_dir, tmp_dir, log):
     return names, stats
 
 
-def _write_dev(problem, corpus, vocabs, config, data_dir, log):
-    """One dev shard in corpus order, plus the kept dev text (for BLEU later)."""
+def _write_eval_split(problem, corpus, vocabs, config, data_dir, log, split="dev"):
+    """One `split` ("dev" or "test") shard in corpus order, plus its kept text (for
+    BLEU later)."""
     stats = SplitStats()
-    name = tfrecords.shard_name(problem.name, "dev", 0, 1)
-    progress = datagen_report.Progress("dev", corpus.size("dev"), config.log_every, log)
+    name = tfrecords.shard_name(problem.name, split, 0, 1)
+    progress = datagen_report.Progress(split, corpus.size(split), config.log_every, log)
     texts = {side: [] for side in SIDES}
     with tfrecords.ShardWriter([os.path.join(data_dir, name)]) as writer:
         for ids_in, ids_tgt, source, target in _encoded(
-            corpus.pairs("dev"), vocabs, stats, config, progress
+            corpus.pairs(split), vocabs, stats, config, progress
         ):
             writer.write(tfrecords.serialize_example(ids_in, ids_tgt))
             texts["source"].append(source)
@@ -315,7 +352,7 @@ def _write_dev(problem, corpus, vocabs, config, data_dir, log):
     stats.shard_examples = [stats.written]
     text_files = {}
     for side in SIDES:
-        text_files[side] = f"{problem.name}-dev.{side}.txt"
+        text_files[side] = f"{problem.name}-{split}.{side}.txt"
         write_atomically(
             os.path.join(data_dir, text_files[side]),
             "".join(f"{line}\n" for line in texts[side]).encode("utf-8"),
@@ -327,26 +364,30 @@ def _write_splits(problem, corpus, vocabs, config, data_dir, tmp_dir, log):
     train_names, train = _write_train(
         problem, corpus, vocabs, config, data_dir, tmp_dir, log
     )
-    dev_names, dev, dev_text = _write_dev(
-        problem, corpus, vocabs, config, data_dir, log
-    )
-    for split, stats in (("train", train), ("dev", dev)):
-        if stats.written == 0:
-            raise UserError(
-                f"no {split} examples left to write for {problem.name} "
-                f"(dropped: {stats.dropped or 'none'}); check the {split} data."
-            )
+    stats = {"train": train}
     splits = {
         "train": {
             "shards": train_names,
             "shard_examples": train.shard_examples,
             **train.as_dict(),
         },
-        "dev": {
-            "shards": dev_names,
-            "shard_examples": dev.shard_examples,
-            "text": dev_text,
-            **dev.as_dict(),
-        },
     }
-    return splits, {"train": train, "dev": dev}
+    # A corpus without has_test_split (e.g. a user's) has train and dev only.
+    has_test = getattr(corpus, "has_test_split", lambda: False)()
+    for split in ("dev", "test") if has_test else ("dev",):
+        names, stats[split], text = _write_eval_split(
+            problem, corpus, vocabs, config, data_dir, log, split
+        )
+        splits[split] = {
+            "shards": names,
+            "shard_examples": stats[split].shard_examples,
+            "text": text,
+            **stats[split].as_dict(),
+        }
+    for split, split_stats in stats.items():
+        if split_stats.written == 0:
+            raise UserError(
+                f"no {split} examples left to write for {problem.name} "
+                f"(dropped: {split_stats.dropped or 'none'}); check the {split} data."
+            )
+    return splits, stats

@@ -7,7 +7,7 @@ import numpy as np
 
 from t2t_lite.data import tfrecords
 
-SPLIT_ORDER = ("train", "dev")
+SPLIT_ORDER = ("train", "dev", "test")  # test only when datagen wrote one
 
 
 class Progress:
@@ -87,7 +87,7 @@ def summary_lines(summary, data_dir):
         f"  vocabulary: {summary['vocab_size']} ids "
         f"({'shared' if summary['shared_vocab'] else 'separate'} source/target)"
     )
-    for split in SPLIT_ORDER:
+    for split in (name for name in SPLIT_ORDER if name in summary["splits"]):
         s = summary["splits"][split]
         dropped = ", ".join(f"{n} {why}" for why, n in s["dropped"].items()) or "none"
         lines.append(f"  {split}: {s['examples']} examples written; dropped: {dropped}")

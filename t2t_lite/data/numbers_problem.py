@@ -11,7 +11,8 @@ French is not a word-by-word copy: 70-99 are built on 60 and 80 ("soixante-dix-s
 is 60+17, "quatre-vingt-onze" 4×20+11), "et" appears only in 21-71 ending in one,
 "cent" and "quatre-vingt" take an "s" only when nothing follows and not before "mille",
 "mille" never does. Numbers are drawn with a digit count uniform in 1..max_digits, so
-small ones are common; dev numbers are never training numbers.
+small ones are common; dev numbers are never training numbers, and test numbers
+(a third split, as large as dev by default) are neither.
 """
 
 import numpy as np
@@ -175,10 +176,13 @@ def random_numbers(rng, size, max_digits):
 
 
 class NumbersCorpus:
-    """Seeded (english, french) pairs: train draws, then dev draws not in train."""
+    """Seeded (english, french) pairs: train draws, then dev draws not in train, then
+    test draws in neither (drawn after dev, so dev is what it was without test)."""
 
-    def __init__(self, train_size, dev_size, max_digits, seed):
+    def __init__(self, train_size, dev_size, max_digits, seed, test_size=0):
         self.sizes = {"train": train_size, "dev": dev_size}
+        if test_size:
+            self.sizes["test"] = test_size
         self.max_digits = max_digits
         self.seed = seed
         self._numbers = None
@@ -197,25 +201,35 @@ class NumbersCorpus:
     def size(self, split):
         return self.sizes[split]
 
+    def has_test_split(self):
+        return "test" in self.sizes
+
+    def _unseen(self, rng, seen, split):
+        """`sizes[split]` new numbers not in `seen` (which they join)."""
+        size, drawn = self.sizes[split], []
+        for _ in range(100):
+            if len(drawn) == size:
+                break
+            for n in random_numbers(rng, 4 * size, self.max_digits):
+                if int(n) not in seen and len(drawn) < size:
+                    seen.add(int(n))
+                    drawn.append(int(n))
+        if len(drawn) < size:
+            raise ValueError(
+                f"only {len(drawn)} numbers of at most {self.max_digits} digits are "
+                f"not in earlier splits; lower {split}_size or raise max_digits."
+            )
+        return drawn
+
     def numbers(self, split):
         if self._numbers is None:
             rng = np.random.default_rng([self.seed, 0])
             train = random_numbers(rng, self.sizes["train"], self.max_digits)
             seen = set(train.tolist())
-            dev = []
-            for _ in range(100):
-                if len(dev) == self.sizes["dev"]:
-                    break
-                for n in random_numbers(rng, 4 * self.sizes["dev"], self.max_digits):
-                    if int(n) not in seen and len(dev) < self.sizes["dev"]:
-                        seen.add(int(n))
-                        dev.append(int(n))
-            if len(dev) < self.sizes["dev"]:
-                raise ValueError(
-                    f"only {len(dev)} numbers of at most {self.max_digits} digits are "
-                    f"not in train; lower dev_size or raise max_digits."
-                )
-            self._numbers = {"train": train.tolist(), "dev": dev}
+            self._numbers = {"train": train.tolist()}
+            for name in ("dev", "test"):
+                if name in self.sizes:
+                    self._numbers[name] = self._unseen(rng, seen, name)
         return self._numbers[split]
 
     def pairs(self, split):
@@ -224,18 +238,20 @@ class NumbersCorpus:
 
 
 class TranslateNumbersEnFr(TextProblem):
-    """Numbers in English words → French words; 50k training pairs up to 999 999."""
+    """Numbers in English words → French words; 50k training pairs up to 999 999,
+    1000 dev and 1000 test pairs (test_size None: as many as dev; 0: no test)."""
 
     name = "translate_numbers_en_fr"
     default_vocab_size = 100
 
-    def __init__(self, train_size=50000, dev_size=1000, max_digits=6):
+    def __init__(self, train_size=50000, dev_size=1000, max_digits=6, test_size=None):
         super().__init__()
         if not 1 <= max_digits <= MAX_DIGITS:
             raise ValueError(
                 f"max_digits must be in 1..{MAX_DIGITS}, got {max_digits}."
             )
         self.train_size, self.dev_size = train_size, dev_size
+        self.test_size = dev_size if test_size is None else test_size
         self.max_digits = max_digits
 
     def corpus(self, config):
@@ -246,7 +262,11 @@ class TranslateNumbersEnFr(TextProblem):
             "it generates its own data",
         )
         return NumbersCorpus(
-            self.train_size, self.dev_size, self.max_digits, config.seed
+            self.train_size,
+            self.dev_size,
+            self.max_digits,
+            config.seed,
+            test_size=self.test_size,
         )
 
 

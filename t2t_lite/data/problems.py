@@ -15,17 +15,19 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_lite.constants import EOS_ID, PAD_ID
+from t2t_lite.errors import UserError
 
 NUM_RESERVED_IDS = 2  # pad and EOS; the first symbol is id 2.
-SPLITS = ("train", "dev")
+SPLITS = ("train", "dev")  # what in-process problems generate (T2T's train and eval)
+ALL_SPLITS = ("train", "dev", "test")  # test: only where t2t-datagen wrote one
 _SPLIT_INDEX = {"train": 0, "dev": 1}  # Mixed into the seed: dev is a different draw.
 
 
-def check_split(split):
-    """Returns `split` if it is known; otherwise a one-line ValueError listing them."""
-    if split not in SPLITS:
+def check_split(split, splits=SPLITS):
+    """Returns `split` if it is one of `splits`; otherwise a one-line ValueError."""
+    if split not in splits:
         raise ValueError(
-            f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}."
+            f"Unknown split {split!r}; expected one of {', '.join(splits)}."
         )
     return split
 
@@ -167,13 +169,30 @@ class Problem:
             ids.append(self._token_ids[token.strip()])
         return ids + [EOS_ID]
 
-    def dev_text(self):
-        """(sources, references): dev sentences as text, for BLEU while training.
+    def has_split(self, split):
+        """Whether this problem's data has `split` ("test" only where datagen wrote
+        one; in-process problems generate train and dev, as T2T's did)."""
+        return split in SPLITS
 
-        In-process problems write their dev ids as text; file-backed problems return
-        the raw dev text t2t-datagen kept (references must not be re-tokenized).
+    def require_split(self, split):
+        """Raises a one-line UserError unless the problem's data has `split`."""
+        if not self.has_split(split):
+            raise UserError(
+                f"problem {self.name} has no {split} split (it generates "
+                f"{' and '.join(SPLITS)} only); evaluate on dev instead."
+            )
+
+    def dev_text(self):
+        """(sources, references): dev sentences as text, for BLEU while training."""
+        return self.split_text("dev")
+
+    def split_text(self, split):
+        """(sources, references) of `split` ("dev" or "test") as text, for BLEU.
+
+        In-process problems write their ids as text; file-backed problems return the
+        raw text t2t-datagen kept (references must not be re-tokenized).
         """
-        pairs = self.generate("dev")
+        pairs = self.generate(split)
         return (
             [self.decode(inputs) for inputs, _ in pairs],
             [self.decode(targets) for _, targets in pairs],

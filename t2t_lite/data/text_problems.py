@@ -3,8 +3,9 @@
 A TextProblem has two sides:
 
 - datagen (t2t-datagen, see data/datagen.py): `corpus(config)` returns the problem's
-  source of (source, target) sentence pairs for the "train" and "dev" splits; datagen
-  trains the vocabulary on the training pairs and writes the shards and manifest.
+  source of (source, target) sentence pairs for the "train" and "dev" splits, and
+  "test" when its `has_test_split()` says so; datagen trains the vocabulary on the
+  training pairs and writes the shards and manifest.
 - training/decoding: `load(data_dir)` reads the manifest and the vocabulary, then
   `vocab_size`, `vocab_fingerprint()`, `dataset(split, data_dir)` (parallel TFRecord
   reads) and `decode(ids)` work as for every Problem.
@@ -17,12 +18,19 @@ import os
 import numpy as np
 
 from t2t_lite.data import text_io, tfrecords
-from t2t_lite.data.problems import Problem, check_split
+from t2t_lite.data.problems import ALL_SPLITS, Problem, check_split
 from t2t_lite.data.vocab import SubwordVocab, VocabError
 from t2t_lite.errors import UserError
 
 SIDES = ("source", "target")
-FILE_OPTIONS = ("train_source", "train_target", "dev_source", "dev_target")
+FILE_OPTIONS = (
+    "train_source",
+    "train_target",
+    "dev_source",
+    "dev_target",
+    "test_source",
+    "test_target",
+)
 
 
 def vocab_file_names(problem_name, shared):
@@ -152,10 +160,27 @@ class TextProblem(Problem):
         mine = paths[replica::num_replicas]
         return tfrecords.read_dataset(mine, shuffle_files=split == "train")
 
+    def has_split(self, split):
+        """Whether t2t-datagen wrote `split` (a test split is optional: data dirs
+        written without one, or before test splits existed, have train and dev)."""
+        manifest, _ = self._loaded()
+        return split in manifest["splits"]
+
+    def require_split(self, split):
+        """A one-line UserError unless the loaded data dir holds `split`."""
+        if not self.has_split(check_split(split, ALL_SPLITS)):
+            raise UserError(
+                f"the data of {self.name} in {self._data_dir} has no {split} split "
+                f"(t2t-datagen writes one from test_source/test_target, or from the "
+                f"TFDS dataset's test split); {self._rerun(self._data_dir)}, "
+                f"overwrite, to add it."
+            )
+
     def _shard_paths(self, split, data_dir):
-        check_split(split)
+        check_split(split, ALL_SPLITS)
         if self._vocabs is None or (data_dir and data_dir != self._data_dir):
             self.load(data_dir)
+        self.require_split(split)
         manifest, _ = self._loaded()
         paths = [
             os.path.join(self._data_dir, name)
@@ -169,12 +194,14 @@ class TextProblem(Problem):
                 )
         return paths
 
-    def dev_text(self):
-        """The dev sentences t2t-datagen kept as text, aligned with the dev shard."""
+    def split_text(self, split):
+        """The sentences of `split` ("dev" or "test") t2t-datagen kept as text,
+        aligned with the split's shard."""
+        self.require_split(split)
         manifest, _ = self._loaded()
         texts = []
         for side in SIDES:
-            path = os.path.join(self._data_dir, manifest["splits"]["dev"]["text"][side])
+            path = os.path.join(self._data_dir, manifest["splits"][split]["text"][side])
             texts.append([text for _, text in text_io.read_lines(path)])
         return texts[0], texts[1]
 
@@ -195,11 +222,13 @@ class ParallelFilesCorpus:
 
     Without dev files, `dev_holdout` random training pairs (at most a tenth of them)
     become the dev set, chosen with `seed` once the lines have been counted by
-    `check()`.
+    `check()`. Test files are optional and never held out of anything.
     """
 
-    def __init__(self, train_files, dev_files, dev_holdout, seed):
+    def __init__(self, train_files, dev_files, dev_holdout, seed, test_files=()):
         self.files = {"train": list(train_files), "dev": list(dev_files)}
+        if test_files:
+            self.files["test"] = list(test_files)
         self.dev_holdout = dev_holdout
         self.seed = seed
         self._counts = None
@@ -229,6 +258,9 @@ class ParallelFilesCorpus:
         if not self.files["dev"]:
             self._choose_holdout(log)
 
+    def has_test_split(self):
+        return "test" in self.files
+
     def _choose_holdout(self, log):
         total = self._counts["train"]
         k = min(self.dev_holdout, total // 10)
@@ -240,7 +272,7 @@ class ParallelFilesCorpus:
             )
         rng = np.random.default_rng(self.seed)
         self._holdout = frozenset(rng.choice(total, size=k, replace=False).tolist())
-        self._counts = {"train": total - k, "dev": k}
+        self._counts.update(train=total - k, dev=k)
         log(f"No dev_source/dev_target: holding out {k} random training pairs as dev.")
 
     def size(self, split):
@@ -248,7 +280,7 @@ class ParallelFilesCorpus:
 
     def pairs(self, split):
         """Yields (source, target) strings of a split (empty lines included)."""
-        if not self.files["dev"]:
+        if split != "test" and not self.files["dev"]:
             if self._counts is None:
                 raise RuntimeError("ParallelFilesCorpus: call check() before pairs().")
             keep_dev = split == "dev"
@@ -274,8 +306,8 @@ def _file_identity(path):
 
 
 class TranslateParallelText(TextProblem):
-    """The user's own parallel files: --train_source/--train_target (+ dev) in
-    t2t-datagen; one sentence per line, UTF-8, plain or .gz, comma-separated lists."""
+    """The user's own parallel files: --train_source/--train_target (+ dev, + test)
+    in t2t-datagen; one sentence per line, UTF-8, plain or .gz, comma-separated lists."""
 
     name = "translate_parallel_text"
     default_vocab_size = 8000
@@ -294,9 +326,11 @@ class TranslateParallelText(TextProblem):
             )
         text_io.check_file_lists(config.train_source, config.train_target, "train")
         text_io.check_file_lists(config.dev_source, config.dev_target, "dev")
+        text_io.check_file_lists(config.test_source, config.test_target, "test")
         return ParallelFilesCorpus(
             zip(config.train_source, config.train_target),
             zip(config.dev_source, config.dev_target),
             config.dev_holdout,
             config.seed,
+            test_files=list(zip(config.test_source, config.test_target)),
         )

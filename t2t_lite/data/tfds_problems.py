@@ -14,8 +14,9 @@ trainer does not pay its import time.
 from t2t_lite.data.text_problems import FILE_OPTIONS, TextProblem, reject_options
 from t2t_lite.errors import UserError
 
-# name: (TFDS dataset, source key, target key, {our split: TFDS split})
-_WMT = {"train": "train", "dev": "validation"}
+# name: (TFDS dataset, source key, target key, {our split: TFDS split}); "test" is
+# written where the prepared dataset has it (wmt14: newstest2014, wmt17: newstest2017).
+_WMT = {"train": "train", "dev": "validation", "test": "test"}
 TFDS_TRANSLATE = {
     "translate_wmt14_en_de": ("wmt14_translate/de-en", "en", "de", _WMT),
     "translate_wmt14_de_en": ("wmt14_translate/de-en", "de", "en", _WMT),
@@ -26,7 +27,7 @@ TFDS_TRANSLATE = {
         "ted_hrlr_translate/pt_to_en",
         "pt",
         "en",
-        {"train": "train", "dev": "validation"},
+        {"train": "train", "dev": "validation", "test": "test"},
     ),
 }
 
@@ -44,6 +45,7 @@ class TfdsCorpus:
         self.dataset_name = dataset_name
         self.keys = (source_key, target_key)
         self.splits = splits
+        self._missing = set()  # our splits the prepared dataset does not have
         self.data_dir = config.tfds_data_dir or None
         self.manual_dir = config.tfds_manual_dir or None
         self._sizes = {}
@@ -74,12 +76,29 @@ class TfdsCorpus:
                     f"tfds_manual_dir '{self.manual_dir}': {_first_sentence(e)}"
                 ) from None
         for split in self.splits:
+            if split == "test" and not self._has_tfds_split(split):
+                self._missing.add(split)
+                log(f"TFDS {self.dataset_name} has no test split; writing none.")
+                continue
             self._load(split)  # Fails here, before anything is written.
             log(
                 f"TFDS {self.dataset_name} [{self.splits[split]}] found in {self._where()}."
             )
 
+    def _has_tfds_split(self, split):
+        """Whether the prepared dataset lists `split` (checked after train loaded;
+        a dataset whose info lists no splits at all, as under mock_data, is tried)."""
+        _, info = self._load_with_info("train")
+        known = set(info.splits.keys())
+        return not known or self.splits[split] in known
+
+    def has_test_split(self):
+        return "test" in self.splits and "test" not in self._missing
+
     def _load(self, split):
+        return self._load_with_info(split)[0]
+
+    def _load_with_info(self, split):
         tfds = _tfds()
         tfds_split = self.splits[split]
         try:
@@ -99,7 +118,7 @@ class TfdsCorpus:
             ) from None
         split_info = info.splits.get(tfds_split)
         self._sizes[split] = split_info.num_examples if split_info else None
-        return dataset
+        return dataset, info
 
     def size(self, split):
         return self._sizes.get(split) or None

@@ -4,6 +4,7 @@ On disk, for a problem P in data_dir (T2T's shard naming):
 
     P-train-00000-of-00010 ... P-train-00009-of-00010   shuffled training shards
     P-dev-00000-of-00001                                 dev, in corpus order
+    P-test-00000-of-00001                                test, if any, in corpus order
     P.manifest.json                                      written last: "complete"
 
 Every record is a tf.train.Example with two int64 lists, "inputs" and "targets"
@@ -114,7 +115,8 @@ def remove_generated_files(data_dir, problem_name, tmp_dir=None):
     """
     pattern = re.compile(
         rf"^{re.escape(problem_name)}"
-        r"(-(train|dev)-\d{5}-of-\d{5}|-train-unshuffled-\d{5}|-dev\.(source|target)\.txt"
+        r"(-(train|dev|test)-\d{5}-of-\d{5}|-train-unshuffled-\d{5}"
+        r"|-(dev|test)\.(source|target)\.txt"
         r"|\.vocab(\.(source|target))?\.(model|vocab)|\.manifest\.json)"
         r"(\.tmp-\d+)?$"
     )

@@ -47,6 +47,22 @@ def decode_hparams(overrides="", flag="decode_hparams"):
     return hp
 
 
+def _full_forward_step_fn(model, inputs):
+    """A search step for a model with only the training contract: call it on the
+    whole prefix each step (O(length²); the Transformer's cache avoids that).
+
+    `model({"inputs", "targets"})[:, i]` predicts targets[:, i] from targets[:, :i],
+    so feeding targets = ids[:, 1 : index + 2] (its last entry is padding, never
+    read) yields the prediction after ids[:, : index + 1]."""
+
+    def step_fn(ids, index, state):
+        targets = ids[:, 1 : index + 2]
+        logits = model({"inputs": inputs, "targets": targets}, training=False)
+        return tf.cast(logits[:, index, :], tf.float32), state
+
+    return step_fn
+
+
 @dataclasses.dataclass
 class Hypothesis:
     ids: list  # output ids, EOS and padding removed
@@ -79,19 +95,23 @@ class Decoder:
 
     # --- one batch, compiled ------------------------------------------------------
 
-    def _search_batch(self, inputs):
+    def _search_batch(self, inputs, alpha=None):
         """inputs int32 [batch, src_len] (EOS-terminated, 0-padded) ->
-        (ids [batch, beams, decode_length], scores [batch, beams])."""
+        (ids [batch, beams, decode_length], scores [batch, beams]). alpha: a
+        float32 scalar tensor overriding hp.alpha (an export's per-call input)."""
         hp, model = self.hp, self.model
         batch_size = tf.shape(inputs)[0]
         decode_length = tf.shape(inputs)[1] + hp.extra_length
-        encoder_output, bias = model.encode(inputs)
-        encdec_cache = model.encoder_decoder_cache(encoder_output)
         beams = hp.beam_size
 
         def per_hypothesis(t):  # [batch, ...] -> [batch * beams, ...]
             return tf.repeat(t, beams, axis=0) if beams > 1 else t
 
+        if not hasattr(model, "decode_step"):  # any model: recompute the prefix
+            state, step_fn = (), _full_forward_step_fn(model, per_hypothesis(inputs))
+            return self._run_search(step_fn, state, batch_size, decode_length, alpha)
+        encoder_output, bias = model.encode(inputs)
+        encdec_cache = model.encoder_decoder_cache(encoder_output)
         encoder_output, bias = per_hypothesis(encoder_output), per_hypothesis(bias)
         encdec_cache = tf.nest.map_structure(per_hypothesis, encdec_cache)
         if hp.use_cache:
@@ -108,22 +128,29 @@ class Decoder:
                 logits = model.decode(ids[:, : index + 1], encoder_output, bias)
                 return logits[:, -1, :], state
 
+        return self._run_search(step_fn, state, batch_size, decode_length, alpha)
+
+    def _run_search(self, step_fn, state, batch_size, decode_length, alpha=None):
+        """Greedy (beam_size 1) or beam search over step_fn ->
+        (ids [batch, beams, decode_length], scores [batch, beams])."""
+        hp, beams = self.hp, self.hp.beam_size
+        alpha = hp.alpha if alpha is None else alpha
         if beams == 1:
             ids, scores = greedy_search(
                 step_fn, state, batch_size, decode_length, self.eos_id
             )
             # Normalized like beam scores, so scores compare across beam sizes.
             lengths = tf.reduce_sum(tf.cast(ids > 0, tf.int32), axis=1)
-            scores /= length_penalty(lengths, hp.alpha)
+            scores /= length_penalty(lengths, alpha)
             return ids[:, None, :], scores[:, None]
         return beam_search(
             step_fn,
             state,
             batch_size,
             beams,
-            model.vocab_size,
+            self.model.vocab_size,
             decode_length,
-            alpha=hp.alpha,
+            alpha=alpha,
             eos_id=self.eos_id,
             stop_on_best_only=not hp.return_beams,
         )

@@ -17,6 +17,7 @@ from t2t_lite import registry
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_checks import validate
+from t2t_lite.hparams_sets import with_new_keys_at_defaults
 from t2t_lite.models.factory import build_model
 from t2t_lite.runs.checkpoints import checkpoints_on_disk, restore_newest_readable
 from t2t_lite.runs.run_dir import HPARAMS_FILE, RUN_FILE
@@ -45,7 +46,7 @@ ARCHITECTURE_KEYS = (
 )
 
 
-def run_hparams(run_dir, hparams_set, overrides):
+def run_hparams(run_dir, hparams_set, overrides, model="transformer"):
     """The run's stored hparams with `overrides` (the hparams argument) applied on
     top, range-checked once. A hparams_set given too must agree with the run on
     ARCHITECTURE_KEYS; without a stored hparams.json it is the only source."""
@@ -56,12 +57,15 @@ def run_hparams(run_dir, hparams_set, overrides):
                 f"no {HPARAMS_FILE} in '{run_dir}': give the hparams_set (and "
                 "hparams) the model was trained with."
             )
-        return validate(registry.HPARAMS_SETS.get(hparams_set)().parse(overrides))
+        return validate(
+            registry.HPARAMS_SETS.get(hparams_set)().parse(overrides), model
+        )
     try:
         stored = HParams.from_json(_read_json(path, "hparams"))
     except HParamsError as e:
         raise UserError(f"{path}: {e}") from None
-    hp = validate(stored.copy().parse(overrides))
+    stored, _ = with_new_keys_at_defaults(stored)  # a run of an older version
+    hp = validate(stored.copy().parse(overrides), model)
     if hparams_set:
         given = registry.HPARAMS_SETS.get(hparams_set)().parse(overrides)
         differing = [k for k in ARCHITECTURE_KEYS if k in given.diff(stored)]
@@ -77,13 +81,19 @@ def run_hparams(run_dir, hparams_set, overrides):
     return hp
 
 
-def run_identity(run_dir, problem, model):
-    """(problem, model, vocab_fingerprint or None) from run.json and the arguments
-    (either may be empty: the run's; both given: they must agree)."""
+def _stored_run(run_dir):
+    """run.json's contents ({} without one)."""
     path = os.path.join(run_dir, RUN_FILE)
     stored = _read_json(path, "run") if os.path.exists(path) else {}
     if not isinstance(stored, dict):
         raise UserError(f"{path} is not a JSON object; restore it from the run.")
+    return stored
+
+
+def run_identity(run_dir, problem, model):
+    """(problem, model, vocab_fingerprint or None) from run.json and the arguments
+    (either may be empty: the run's; both given: they must agree)."""
+    stored = _stored_run(run_dir)
     names = {}
     for key, given in (("problem", problem), ("model", model)):
         value = stored.get(key)
@@ -160,7 +170,10 @@ def load_for_decoding(
         state = "is not a directory" if os.path.exists(run_dir) else "does not exist"
         what = "output_dir" if output_dir else "the directory of checkpoint_path"
         raise UserError(f"{what} '{run_dir}' {state}.")
-    hp = run_hparams(run_dir, hparams_set, hparams)
+    stored_model = _stored_run(run_dir).get("model") if not model else None
+    hp = run_hparams(
+        run_dir, hparams_set, hparams, model or stored_model or "transformer"
+    )
     problem_name, model_name, fingerprint = run_identity(run_dir, problem, model)
     the_problem = registry.PROBLEMS.get(problem_name)()
     the_problem.load(data_dir or None)

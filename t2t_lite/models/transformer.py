@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from t2t_lite.constants import NEG_INF, PAD_ID
+from t2t_lite.hparams_checks import check_transformer_hparams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,6 +460,11 @@ class Transformer(keras.Model):
             setattr(self, layer.name, layer)
         self.encoder_norm = _layer_norm(config, "encoder_norm")
         self.decoder_norm = _layer_norm(config, "decoder_norm")
+
+    @classmethod
+    def validate_hparams(cls, hp):
+        """Range checks of the keys from_hparams reads (hparams_checks.validate)."""
+        check_transformer_hparams(hp)
 
     @classmethod
     def from_hparams(cls, hp, vocab_size, **kwargs):

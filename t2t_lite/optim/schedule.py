@@ -93,6 +93,17 @@ FACTORS = {
 }
 
 
+def register_factor(factor):
+    """Decorator adding a user's factor `f(step, config) -> float32 tensor` under its
+    function name (step: the 0-based update, a float32 tensor; config: a
+    ScheduleConfig), for learning_rate_schedule strings (see README: Extending)."""
+    name = factor.__name__
+    if name in FACTORS:
+        raise ScheduleError(f"learning-rate factor '{name}' is registered twice.")
+    FACTORS[name] = factor
+    return factor
+
+
 def parse_schedule(text):
     """ "a*b*c" → [factor functions]; unknown names are a one-line error."""
     names = [name.strip() for name in text.split("*")]

@@ -9,6 +9,7 @@ tensor carries a CRC32C in the index, so damage is detected on restore; here a d
 newest checkpoint is reported by name and the previous one is used.
 """
 
+import contextlib
 import os
 import re
 
@@ -28,6 +29,21 @@ DAMAGE_ERRORS = (
     IndexError,  # "Read less bytes than requested" from a truncated data file
 )
 _STATE_FILE = "checkpoint"
+# How tf.data says a saved iterator state belongs to another dataset graph: not
+# damage (every checkpoint of the run would fail the same way).
+_ITERATOR_MISMATCH = "Failed to restore dataset iterator"
+
+
+class InputPipelineChanged(Exception):
+    """The checkpoint's input-iterator state fits another tf.data pipeline (e.g. one
+    of an earlier t2t_lite version); `path` names the checkpoint. The caller may
+    restore everything else (restore_newest_readable(root=...) without iterators)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.path = path
+
+
 _INDEX = re.compile(r"^model-(\d+)\.index$")
 
 
@@ -55,11 +71,29 @@ def checkpoints_on_disk(directory):
 
 
 class CheckpointKeeper:
-    """Saves with clear errors, restores the newest readable checkpoint."""
+    """Saves with clear errors, restores the newest readable checkpoint.
 
-    def __init__(self, checkpoint, directory, max_to_keep, variables):
+    keep_every_n_hours (T2T's keep_checkpoint_every_n_hours; 0/None: off): besides
+    the newest max_to_keep, one checkpoint per that many hours is never deleted
+    (tf.train.CheckpointManager's rule). optional: names of top-level checkpoint
+    variables that checkpoints written by an earlier t2t_lite lack; restoring
+    such a checkpoint leaves them at their current (initial) value instead of
+    refusing it.
+    """
+
+    def __init__(
+        self,
+        checkpoint,
+        directory,
+        max_to_keep,
+        variables,
+        keep_every_n_hours=None,
+        optional=(),
+    ):
         self.checkpoint = checkpoint
         self.directory = directory
+        self._keep_hours = keep_every_n_hours or None
+        self._optional = tuple(optional)
         if max_to_keep < 2:
             logging.warning(
                 "keep_checkpoint_max=%d leaves no previous checkpoint to fall back "
@@ -86,6 +120,7 @@ class CheckpointKeeper:
                 self.checkpoint,
                 self.directory,
                 max_to_keep=max_to_keep,
+                keep_checkpoint_every_n_hours=self._keep_hours,
                 checkpoint_name="model",
             )
 
@@ -132,22 +167,31 @@ class CheckpointKeeper:
         prefixes.update(prefix for _, prefix in checkpoints_on_disk(self.directory))
         return sorted(prefixes, key=_step_number, reverse=True)
 
-    def restore_newest_readable(self):
+    def restore_newest_readable(self, root=None):
         """Restores the newest checkpoint that reads back intact; returns its path.
 
+        root: the tf.train.Checkpoint to restore into (default: the one saved; a
+        caller passes one without input iterators after InputPipelineChanged).
         Returns None when the directory has no checkpoint. Raises UserError when it
         has some but none is readable, or when one cannot be read for a reason
-        other than damage.
+        other than damage; InputPipelineChanged when only the iterators do not fit.
         """
         candidates = self._candidates()
         if not candidates:
             return None
+        root = root or self.checkpoint
 
         def restore(path):
-            status = self.checkpoint.restore(path)
-            if self._partial:
-                status.expect_partial()
-            status.assert_existing_objects_matched()
+            try:
+                with _without_missing(root, path, self._optional):
+                    status = root.restore(path)
+                    if self._partial:
+                        status.expect_partial()
+                    status.assert_existing_objects_matched()
+            except tf.errors.NotFoundError as e:
+                if _ITERATOR_MISMATCH in str(e):
+                    raise InputPipelineChanged(path) from None
+                raise
 
         try:
             return restore_newest_readable(restore, candidates, self.directory)
@@ -182,6 +226,28 @@ class CheckpointKeeper:
                 f"'{self.directory}': {first_line(e)}; the checkpoints already "
                 "there are intact."
             ) from None
+
+
+@contextlib.contextmanager
+def _without_missing(root, path, names):
+    """`root` without its items `names` that checkpoint `path` lacks (an older
+    checkpoint); they are put back afterwards, so later saves include them."""
+    missing = {}
+    if names:
+        try:
+            reader = tf.train.load_checkpoint(path)
+            has = reader.has_tensor
+        except (tf.errors.OpError, ValueError):  # damaged: the restore reports it
+            has = None
+        for name in names if has else ():
+            if hasattr(root, name) and not has(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"):
+                missing[name] = getattr(root, name)
+                delattr(root, name)
+    try:
+        yield
+    finally:
+        for name, value in missing.items():
+            setattr(root, name, value)
 
 
 def restore_newest_readable(restore, candidates, directory):

@@ -17,6 +17,7 @@ from absl import logging
 from t2t_lite.errors import UserError
 from t2t_lite.fileio import append_line, write_atomically
 from t2t_lite.hparams import HParams, HParamsError
+from t2t_lite.hparams_sets import with_new_keys_at_defaults
 from t2t_lite.runs.checkpoints import checkpoints_on_disk
 
 HPARAMS_FILE = "hparams.json"
@@ -76,12 +77,27 @@ def _check_stored_hparams(path, output_dir, hp):
         stored = HParams.from_json(_read_text(path))
     except (OSError, tf.errors.OpError, HParamsError) as e:
         raise UserError(f"{path}: {e}") from None
+    stored, added = with_new_keys_at_defaults(stored)
     differing = hp.diff(stored)
     fixed = [k for k in differing if k not in CHANGEABLE_ON_RESUME]
     details = ", ".join(
         f"{k}={stored.values().get(k)!r}→{hp.values().get(k)!r}"
         for k in (fixed or differing)[:5]
     )
+    newer = [k for k in fixed if k in added]
+    if newer:
+        raise UserError(
+            f"output_dir '{output_dir}' holds a run from before hparam(s) "
+            f"{', '.join(newer)} existed; it trained as "
+            f"{', '.join(f'{k}={stored.values()[k]!r}' for k in newer)} (the "
+            "default): resume with that value or use a new output_dir."
+        )
+    if added:
+        logging.info(
+            "%s predates hparam(s) %s; the run resumes with their defaults.",
+            path,
+            ", ".join(added),
+        )
     if fixed:
         raise UserError(
             f"output_dir '{output_dir}' holds a run with different hparams "
@@ -126,3 +142,35 @@ def append_metrics(output_dir, record):
     append_line(
         os.path.join(output_dir, METRICS_FILE), json.dumps(record, sort_keys=True)
     )
+
+
+def read_metrics(output_dir):
+    """The records of metrics.jsonl, oldest first ([] without one; a damaged line,
+    e.g. the half-written last one of a killed run, is skipped)."""
+    path = os.path.join(output_dir, METRICS_FILE)
+    if not tf.io.gfile.exists(path):
+        return []
+    records = []
+    for line in _read_text(path).splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def record_train_steps(output_dir, train_steps):
+    """Stores train_steps in run.json; returns the value stored before (None if
+    none). Not part of the run's identity: a resume may change it."""
+    path = os.path.join(output_dir, RUN_FILE)
+    try:
+        stored = json.loads(_read_text(path)) if tf.io.gfile.exists(path) else {}
+    except (OSError, tf.errors.OpError, json.JSONDecodeError):
+        return None  # check_run_identity reports an unreadable run.json
+    previous = stored.get("train_steps")
+    if previous != train_steps:
+        stored["train_steps"] = train_steps
+        write_atomically(path, json.dumps(stored, indent=2, sort_keys=True) + "\n")
+    return previous

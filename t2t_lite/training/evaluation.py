@@ -1,4 +1,5 @@
-"""Evaluation: loss per token, token accuracy and sequence accuracy on the dev split."""
+"""Evaluation: loss per token, token accuracy and sequence accuracy on the dev split
+(or the test split, with the trainer's eval_use_test_set)."""
 
 import tensorflow as tf
 
@@ -31,12 +32,13 @@ class Evaluator:
         correct, _, correct_seqs, seqs = token_accuracy(logits, batch["targets"])
         return dict(zip(_SUMS, (loss_sum, tokens, correct, correct_seqs, seqs)))
 
-    def evaluate(self, dataset, max_batches, should_stop=lambda: False):
+    def evaluate(self, dataset, max_batches, should_stop=lambda: False, split="dev"):
         """Metrics over at most `max_batches` batches (all of them if max_batches <= 0).
 
         Sums stay on the device until the end (one host sync per evaluation).
         `should_stop` is polled between batches so a pre-emption signal does not
-        wait for a whole dev set. Returns None if it stopped early.
+        wait for a whole dev set. Returns None if it stopped early. `split` names
+        the data in the error for an empty one.
         """
         totals = None
         for i, batch in enumerate(dataset):
@@ -47,7 +49,9 @@ class Evaluator:
             sums = self._step(batch)
             totals = sums if totals is None else {k: totals[k] + sums[k] for k in sums}
         if totals is None or float(totals["tokens"]) == 0:
-            raise UserError("the dev split produced no target tokens to evaluate on.")
+            raise UserError(
+                f"the {split} split produced no target tokens to evaluate on."
+            )
         totals = {k: float(v) for k, v in totals.items()}
         return {
             "loss": totals["loss_sum"] / totals["tokens"],
@@ -58,21 +62,26 @@ class Evaluator:
 
 
 class BleuEvaluator:
-    """Decodes (a slice of) the dev source text and scores it against the references.
+    """Decodes (a slice of) the dev (or test) source text and scores it against the
+    references.
 
     Teacher-forced accuracy says little about translations the model produces on its
     own; T2T's in-graph "approx BLEU" had the same blind spot. This runs the real
     decoder (greedy by default: a cheap trend; t2t-decoder gives the final BLEU).
     """
 
-    def __init__(self, model, problem, decode_hp, max_sentences, max_input_length):
+    def __init__(
+        self, model, problem, decode_hp, max_sentences, max_input_length, split="dev"
+    ):
         self.model = model
         self.problem = problem
         self.decoder = Decoder(
             model, decode_hp, max_input_length, flag="eval_decode_hparams"
         )
-        # Read now: a missing dev text file fails at start-up, not hours later.
-        sources, references = problem.dev_text()
+        # Read now: a missing text file fails at start-up, not hours later.
+        sources, references = (
+            problem.dev_text() if split == "dev" else problem.split_text(split)
+        )
         if max_sentences > 0:
             sources, references = sources[:max_sentences], references[:max_sentences]
         self._text = sources, references

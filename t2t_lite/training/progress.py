@@ -8,12 +8,15 @@ class ThroughputMeter:
     """Loss per token and target tokens/s since the last `take()`, and the ETA.
 
     Per-micro-step values stay tensors until `take()`, so logging does not force a
-    host-device sync on every micro-step.
+    host-device sync on every micro-step. `take()` also sets `grad_norm`: the mean
+    pre-clipping gradient norm of the finite updates since the previous take (None
+    if there were none).
     """
 
     def __init__(self, start_step, total_steps):
         self.step, self.total = start_step, total_steps
         self._outputs, self._windows = [], []
+        self.grad_norm = None
         self.since = self._window_start = self._window_end = time.perf_counter()
 
     def add(self, out):
@@ -36,15 +39,24 @@ class ThroughputMeter:
             tokens = sum(float(o["window_tokens"][0]) for o in self._windows)
             seconds = max(self._window_end - self._window_start, 1e-9)
             self._window_start = self._window_end
+            self.grad_norm = _finite_mean(
+                float(o["grad_norm"][0]) for o in self._windows if "grad_norm" in o
+            )
         else:
             loss_sum = sum(float(x) for o in self._outputs for x in o["loss_sum"])
             tokens = sum(float(x) for o in self._outputs for x in o["tokens"])
             seconds = elapsed
+            self.grad_norm = None
         self.step += steps
         eta = (self.total - self.step) * elapsed / max(steps, 1)
         self._outputs, self._windows = [], []
         self.since = now
         return loss_sum / max(tokens, 1.0), tokens / seconds, eta
+
+
+def _finite_mean(values):
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def format_seconds(seconds):

@@ -34,6 +34,10 @@ import tensorflow as tf
 from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
 
+# Checkpoint items newer than some checkpoints in existence: restoring a checkpoint
+# without one leaves it at its initial value (runs/checkpoints.py, `optional`).
+OPTIONAL_CHECKPOINT_ITEMS = ("clipped_updates",)
+
 _BATCH_SIGNATURE = (
     {
         "inputs": tf.TensorSpec([None, None], tf.int32),
@@ -81,6 +85,8 @@ class TrainStep:
             # was NaN/Inf, in a row (reset by a good update) and in total.
             self.bad_updates_in_a_row = _counter("bad_updates_in_a_row")
             self.skipped_updates = _counter("skipped_updates")
+            # Applied updates whose gradient norm exceeded clip_grad_norm (> 0).
+            self.clipped_updates = _counter("clipped_updates")
             self.optimizer.build(model.trainable_variables)
             _skip_keras_all_reduce(self.optimizer)
             self.accumulator = (
@@ -118,7 +124,8 @@ class TrainStep:
         """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this
         batch (one tensor per local replica). An update also returns, summed over the
         window and all replicas, "window_loss_sum", "window_tokens" and
-        "stop_votes"."""
+        "stop_votes", and "grad_norm": the global norm of the update's gradient
+        before clipping (all-reduced, normalized, unscaled, weight decay added)."""
         if self.is_update_micro_step(global_step):
             return self.accumulate_and_update(batch)
         return self.accumulate(batch)
@@ -134,6 +141,9 @@ class TrainStep:
             "model_state": list(self.model.non_trainable_variables),
             "bad_updates_in_a_row": self.bad_updates_in_a_row,
             "skipped_updates": self.skipped_updates,
+            # Added after the first checkpoints were written: optional on restore
+            # (OPTIONAL_CHECKPOINT_ITEMS), an older checkpoint leaves it at 0.
+            "clipped_updates": self.clipped_updates,
         }
         if self.accumulator is not None:
             items["accumulator"] = self.accumulator
@@ -236,7 +246,9 @@ class TrainStep:
                 for g, v in zip(gradients, variables)
             ]
         norm = tf.linalg.global_norm(gradients)
+        clipped = tf.constant(False)
         if self.clip_grad_norm > 0:
+            clipped = tf.math.is_finite(norm) & (norm > self.clip_grad_norm)
             gradients, _ = tf.clip_by_global_norm(
                 gradients, self.clip_grad_norm, use_norm=norm
             )
@@ -248,14 +260,17 @@ class TrainStep:
         overflow = tf.constant(False)
         if self.loss_scale is not None:
             overflow = finite_loss & ~finite_gradients & self.loss_scale.can_lower()
-        self._apply_or_skip(finite_loss & finite_gradients, overflow, gradients)
+        self._apply_or_skip(
+            finite_loss & finite_gradients, overflow, gradients, clipped
+        )
         return {
             "window_loss_sum": loss_sum,
             "window_tokens": tokens,
             "stop_votes": votes,
+            "grad_norm": norm,
         }
 
-    def _apply_or_skip(self, finite, overflow, gradients):
+    def _apply_or_skip(self, finite, overflow, gradients, clipped):
         """tf.cond(finite, apply, skip), placed where tf.distribute allows it; a
         skip is an overflow (lower the loss scale) or a bad update (count it).
 
@@ -263,13 +278,16 @@ class TrainStep:
         inside a tf.cond in replica context; then the cond runs in cross-replica
         context around a per-replica apply, as Keras's LossScaleOptimizer does.
         `finite` and `overflow` are the same on every replica (they come from
-        all-reduced values).
+        all-reduced values), as is `clipped` (an applied update is counted in
+        `clipped_updates` when it is).
         """
         variables = self.model.trainable_variables
 
-        def apply(gradients):
+        def apply(gradients, clipped):
             self.optimizer.apply(gradients, variables)
             self.bad_updates_in_a_row.assign(0)
+            if self.clip_grad_norm > 0:
+                self.clipped_updates.assign_add(tf.cast(clipped, tf.int64))
             if self.loss_scale is not None:
                 self.loss_scale.on_applied()
 
@@ -283,22 +301,22 @@ class TrainStep:
             return tf.cond(overflow, self.loss_scale.on_overflow, bad_update)
 
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
-            tf.cond(finite, lambda: apply(gradients), lambda: skip(overflow))
+            tf.cond(finite, lambda: apply(gradients, clipped), lambda: skip(overflow))
             return
 
-        def cross_replica(distribution, finite, overflow, gradients):
+        def cross_replica(distribution, finite, overflow, gradients, clipped):
             finite = distribution.experimental_local_results(finite)[0]
             overflow = distribution.experimental_local_results(overflow)[0]
             tf.cond(
                 finite,
                 lambda: distribution.extended.call_for_each_replica(
-                    apply, args=(gradients,)
+                    apply, args=(gradients, clipped)
                 ),
                 lambda: skip(overflow),
             )
 
         tf.distribute.get_replica_context().merge_call(
-            cross_replica, args=(finite, overflow, gradients)
+            cross_replica, args=(finite, overflow, gradients, clipped)
         )
 
 

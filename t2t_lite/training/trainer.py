@@ -18,13 +18,21 @@ from t2t_lite.errors import UserError
 from t2t_lite.optim.schedule import accumulate_steps
 from t2t_lite.registry import MODELS, PROBLEMS
 from t2t_lite.runs import run_dir
-from t2t_lite.runs.checkpoints import CheckpointKeeper
+from t2t_lite.runs.best import BestCheckpoint, check_metric
+from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
+from t2t_lite.runs.warm_start import warm_start
 from t2t_lite.training.build import build_run
 from t2t_lite.training.distribution import is_chief, num_workers, worker_index
 from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
 from t2t_lite.training.inputs import ReplicaInputs
 from t2t_lite.training.preemption import StopRequest
 from t2t_lite.training.progress import ThroughputMeter, format_seconds
+from t2t_lite.training.run_info import (
+    check_train_steps_change,
+    grad_norm_text,
+    write_hparams_summary,
+)
+from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
 
 class DivergenceError(UserError):
@@ -53,6 +61,19 @@ class RunConfig:
     # BLEU at every evaluation, for problems with dev text (translation problems):
     eval_bleu_sentences: int = 0  # dev sentences decoded; 0: no BLEU; < 0: all
     eval_decode_hparams: object = None  # decode_hparams(); None: greedy, a cheap trend
+    # A run dir or checkpoint whose model weights start a NEW run (fine-tuning); a
+    # run that already has checkpoints resumes from its own and ignores it:
+    warm_start_from: str = ""
+    # Evaluate (loss, accuracy, BLEU) on the test split instead of dev (T2T's flag):
+    eval_use_test_set: bool = False
+    # The best checkpoint (runs/best.py) is chosen by this metric, minimized or
+    # maximized (None: loss minimized, the others maximized); early stopping after
+    # this many global steps without improvement (0: off), as T2T's flags:
+    eval_early_stopping_metric: str = "loss"
+    eval_early_stopping_metric_minimize: object = None
+    eval_early_stopping_steps: int = 0
+    # One checkpoint per this many hours is never deleted (0: off):
+    keep_checkpoint_every_n_hours: float = 0.0
 
 
 def simulation_line(hp, replicas):
@@ -94,13 +115,28 @@ class Trainer:
         self.hp = hp
         self.callbacks = list(callbacks)
         self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
+        self.input_pipeline_changed = False  # set by restore(): data order restarts
         self._skipped_seen = 0  # skipped updates already reported in the log
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
         self.chief = is_chief(self.strategy)
         self.problem = PROBLEMS.get(config.problem)()
         self.problem.load(config.data_dir or None)
+        self.eval_split = "test" if config.eval_use_test_set else "dev"
+        if config.eval_use_test_set:
+            self.problem.require_split("test")  # one line, before anything is written
         MODELS.get(config.model)  # an unknown name fails before anything is written
+        check_metric(
+            config.eval_early_stopping_metric,
+            bool(config.eval_bleu_sentences and self.problem.reports_bleu),
+        )
+        self.early_stopped = None  # why, when early stopping ended train()
+        self.best = BestCheckpoint(
+            config.output_dir,
+            config.eval_early_stopping_metric,
+            config.eval_early_stopping_metric_minimize,
+        )
+        self._elapsed_base, self._started = 0.0, time.time()  # metrics' elapsed_seconds
         self.n = accumulate_steps(hp, self.replicas)
         if self.chief:
             run_dir.prepare_output_dir(config.output_dir, hp)
@@ -113,6 +149,12 @@ class Trainer:
                     "accumulate_steps": self.n,
                 },
                 hints={"accumulate_steps": self._accumulation_hint()},
+            )
+            check_train_steps_change(
+                config.output_dir,
+                run_dir.record_train_steps(config.output_dir, config.train_steps),
+                config.train_steps,
+                hp,
             )
         if config.deterministic:
             tf.config.experimental.enable_op_determinism()
@@ -136,6 +178,7 @@ class Trainer:
                 config.eval_decode_hparams or decode_hparams("beam_size=1"),
                 config.eval_bleu_sentences,
                 max_input_length=hp.max_length or hp.batch_size,
+                split=self.eval_split,
             )
         self.checkpoint = self.run.checkpoint()
         self._writers = {}  # TensorBoard writers by subdirectory, opened on first use
@@ -144,6 +187,8 @@ class Trainer:
             self._checkpoint_dir(),
             config.keep_checkpoint_max,
             self.model.trainable_variables,
+            keep_every_n_hours=config.keep_checkpoint_every_n_hours,
+            optional=OPTIONAL_CHECKPOINT_ITEMS,
         )
 
     def _accumulation_hint(self):
@@ -169,8 +214,27 @@ class Trainer:
     # --- checkpoints --------------------------------------------------------------
 
     def restore(self):
-        """Restores the newest readable checkpoint, if any; returns the global step."""
-        path = self.checkpoints.restore_newest_readable()
+        """Restores the newest readable checkpoint, if any; returns the global step.
+        Without one, a warm start (config.warm_start_from) loads model weights."""
+        try:
+            path = self.checkpoints.restore_newest_readable()
+        except InputPipelineChanged as e:
+            # The iterators' saved state fits another tf.data graph (t2t_lite's
+            # pipeline changed between versions): restore all but them, once.
+            logging.warning(
+                "The input pipeline differs from the one that wrote %s: resuming "
+                "weights, optimizer and counters; the training data order restarts.",
+                e.path,
+            )
+            self.checkpoints.allow_partial()
+            path = self.checkpoints.restore_newest_readable(root=self.run.checkpoint())
+            self.input_pipeline_changed = True
+        if path is None and self.config.warm_start_from:
+            warm_start(
+                self.model,
+                self.config.warm_start_from,
+                self.problem.vocab_fingerprint(),
+            )
         self.run.replicas_variable.assign(self.replicas)  # this run's, not the old one
         if path:
             logging.info(
@@ -229,8 +293,9 @@ class Trainer:
     # --- evaluation ---------------------------------------------------------------
 
     def evaluate(self, write=True, stop=None):
-        """Evaluates on the dev split (the chief only; other workers return the
-        counters alone); appends to metrics.jsonl and TensorBoard unless
+        """Evaluates on the dev split, or on the test split with eval_use_test_set
+        (its records say "eval_split": "test") (the chief only; other workers return
+        the counters alone); appends to metrics.jsonl and TensorBoard unless
         write=False. Returns None if a stop request interrupted it."""
         record = {
             "global_step": self.step.micro_step,
@@ -240,12 +305,15 @@ class Trainer:
             return record
         started = time.perf_counter()
         metrics = self.evaluator.evaluate(
-            self.dataset("dev", training=False),
+            self.dataset(self.eval_split, training=False),
             self.config.eval_steps,
             should_stop=lambda: bool(stop and stop.requested),
+            split=self.eval_split,
         )
         if metrics is None:
             return None
+        if self.eval_split != "dev":
+            metrics["eval_split"] = self.eval_split
         if self.bleu_evaluator:
             bleu = self.bleu_evaluator.evaluate(lambda: bool(stop and stop.requested))
             if bleu is None:
@@ -253,6 +321,7 @@ class Trainer:
             metrics.update(bleu)
         record.update(metrics)
         if write:
+            record.update(self._track_best(record))
             run_dir.append_metrics(self.config.output_dir, record)
             with self._writer("eval").as_default(step=record["global_step"]):
                 for key in ("loss", "accuracy", "sequence_accuracy", "bleu"):
@@ -270,6 +339,76 @@ class Trainer:
         )
         self._notify("on_evaluate", time.perf_counter() - started)
         return record
+
+    def _track_best(self, record):
+        """Keeps the checkpoint of an evaluation that improves on the best one
+        (runs/best.py); returns the fields every metrics.jsonl record gains:
+        wall_time, elapsed_seconds (since the run began, across resumes) and the
+        best so far (best_checkpoint, best_<metric>, best_global_step)."""
+        if self.best.improves(record):
+            prefix = self._checkpoint_of(record["global_step"])
+            if prefix:
+                output_dir = self.config.output_dir
+                self.best.keep(
+                    record,
+                    prefix,
+                    [
+                        os.path.join(output_dir, name)
+                        for name in (run_dir.HPARAMS_FILE, run_dir.RUN_FILE)
+                    ],
+                )
+                logging.info("New best checkpoint: %s.", self.best.describe())
+        return {
+            "wall_time": time.time(),
+            "elapsed_seconds": self._elapsed_base + time.time() - self._started,
+            **self.best.fields(),
+        }
+
+    def _checkpoint_of(self, step):
+        """The checkpoint of `step`, written now if the evaluation's step was not a
+        checkpoint step (one worker only: saving is collective on many, so there
+        only evaluations at checkpoint steps can become the best one)."""
+        prefix = os.path.join(self.config.output_dir, f"model-{step}")
+        if tf.io.gfile.exists(prefix + ".index"):
+            return prefix
+        if num_workers(self.strategy) == 1:
+            return self.save()
+        logging.warning(
+            "Evaluation at step %d is not at a checkpoint step: it cannot become the "
+            "best checkpoint on many workers (make local_eval_frequency a multiple "
+            "of save_checkpoints_steps).",
+            step,
+        )
+        return None
+
+    def _recover_run_state(self, start):
+        """After a restore to global step `start`: the best checkpoint so far and
+        the elapsed training time, from best.json and metrics.jsonl."""
+        records = [
+            r
+            for r in run_dir.read_metrics(self.config.output_dir)
+            if r.get("global_step", start + 1) <= start
+        ]
+        self._last_eval_step = records[-1]["global_step"] if records else None
+        self._elapsed_base = (
+            float(records[-1].get("elapsed_seconds", 0.0)) if records else 0.0
+        )
+        self._started = time.time()
+        self.best.recover(start)
+
+    def _should_stop_early(self, global_step):
+        """Whether the metric has not improved for eval_early_stopping_steps (T2T:
+        global steps since the best evaluation); sets `early_stopped` and logs why."""
+        patience = self.config.eval_early_stopping_steps
+        waited = self.best.steps_without_improvement(global_step)
+        if patience <= 0 or self.best.best is None or waited < patience:
+            return False
+        self.early_stopped = (
+            f"{self.best.metric} has not improved for {waited} steps "
+            f"(eval_early_stopping_steps={patience}); best: {self.best.describe()}"
+        )
+        logging.info("Stopping early at step %d: %s.", global_step, self.early_stopped)
+        return True
 
     def _writer(self, name):
         """TensorBoard writer of OUTPUT_DIR/name; a no-op on workers but the chief."""
@@ -299,9 +438,22 @@ class Trainer:
         inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
         self._attach_iterators(inputs)
         start = self.restore()
+        if self.input_pipeline_changed:  # the failed iterator restore may have left
+            inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
+            self._attach_iterators(inputs)  # them half-restored: start them afresh
+        self._recover_run_state(start)
         if start >= config.train_steps:
             logging.info("Already trained to step %d; evaluating only.", start)
             return self.evaluate(write=False)
+        if self._last_eval_step is not None and self._should_stop_early(
+            self._last_eval_step
+        ):
+            logging.info(
+                "The run had stopped early; evaluating only (raise "
+                "eval_early_stopping_steps, or set it to 0, to train on)."
+            )
+            return self.evaluate(write=False)
+        write_hparams_summary(self._writer("train"), self.hp, self.config, start)
         logging.info(simulation_line(self.hp, self.replicas))
         if config.train_steps % self.n:
             logging.warning(
@@ -374,10 +526,16 @@ class Trainer:
                 self.save()
                 last_saved = done
             if stopping:
-                self.stopped_by = stopping if stopping != "peer" else "another worker"
+                peer = "early stopping" if self.early_stopped else "another worker"
+                self.stopped_by = stopping if stopping != "peer" else peer
                 return None
             if config.local_eval_frequency and done % config.local_eval_frequency == 0:
                 record = self.evaluate(stop=stop)
+                if record and "loss" in record and self._should_stop_early(done):
+                    if not many_workers:
+                        self._checkpoint_of(done)  # saved unless it already was
+                        return record
+                    self.step.request_stop()  # every worker stops at the next update
         if last_saved != config.train_steps:
             self.save()
         record = record or self.evaluate(stop=stop)
@@ -425,12 +583,17 @@ class Trainer:
             if scaling:
                 tf.summary.scalar("loss_scale", scaling[0])
                 tf.summary.scalar("overflow_updates", scaling[1])
+            clipped = int(tf.convert_to_tensor(self.step.clipped_updates))
+            if meter.grad_norm is not None:
+                tf.summary.scalar("grad_norm", meter.grad_norm)
+            tf.summary.scalar("clipped_updates", clipped)
         logging.info(
-            "step %d, update %d, loss %.4f, lr %.3g, %.0f tokens/s, ETA %s%s",
+            "step %d, update %d, loss %.4f, lr %.3g%s, %.0f tokens/s, ETA %s%s",
             done,
             update,
             loss,
             rate,
+            grad_norm_text(meter.grad_norm, clipped, self.hp.clip_grad_norm),
             tokens_per_s,
             format_seconds(eta),
             _loss_scale_text(scaling),
