@@ -9,7 +9,6 @@ not match its checkpoint, or worse, would load and translate with the wrong sett
 
 import json
 import os
-import re
 
 import tensorflow as tf
 
@@ -19,7 +18,11 @@ from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import with_new_keys_at_defaults
 from t2t_lite.models.factory import build_model
-from t2t_lite.runs.checkpoints import checkpoints_on_disk, restore_newest_readable
+from t2t_lite.runs.checkpoints import (
+    checkpoint_prefix,
+    checkpoints_on_disk,
+    restore_newest_readable,
+)
 from t2t_lite.runs.run_dir import HPARAMS_FILE, RUN_FILE
 
 
@@ -164,7 +167,7 @@ def load_for_decoding(
     if checkpoint_path and os.path.isdir(checkpoint_path):  # a run dir: its newest
         output_dir, checkpoint_path = checkpoint_path, ""
     # RUN/model-2000.index or .data-00000-of-00001 name the checkpoint RUN/model-2000.
-    checkpoint_path = re.sub(r"[.](index|data-[0-9]+-of-[0-9]+)$", "", checkpoint_path)
+    checkpoint_path = checkpoint_prefix(checkpoint_path)
     run_dir = output_dir or os.path.dirname(checkpoint_path) or "."
     if not os.path.isdir(run_dir):
         state = "is not a directory" if os.path.exists(run_dir) else "does not exist"

@@ -52,6 +52,12 @@ def _step_number(prefix):
     return int(match.group(1)) if match else -1
 
 
+def checkpoint_prefix(path):
+    """RUN/model-2000.index or .data-00000-of-00001 -> RUN/model-2000 (a prefix is
+    returned as it is): what users paste is often one of the checkpoint's files."""
+    return re.sub(r"[.](index|data-[0-9]+-of-[0-9]+)$", "", path)
+
+
 def checkpoints_on_disk(directory):
     """[(step, prefix)] of every model-N checkpoint in `directory`, oldest first.
 

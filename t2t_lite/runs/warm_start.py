@@ -22,7 +22,6 @@ public way to see its object graph.
 
 import json
 import os
-import re
 import tempfile
 
 import tensorflow as tf
@@ -30,7 +29,7 @@ from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from t2t_lite.errors import UserError, first_line
-from t2t_lite.runs.checkpoints import checkpoints_on_disk
+from t2t_lite.runs.checkpoints import checkpoint_prefix, checkpoints_on_disk
 
 
 def resolve_checkpoint(path):
@@ -41,7 +40,7 @@ def resolve_checkpoint(path):
         if not found:
             raise UserError(f"--warm_start_from '{path}' holds no checkpoint.")
         return found[-1][1]
-    prefix = re.sub(r"[.](index|data-[0-9]+-of-[0-9]+)$", "", path)
+    prefix = checkpoint_prefix(path)
     if not tf.io.gfile.exists(prefix + ".index"):
         raise UserError(
             f"--warm_start_from '{path}' is neither a run directory nor a checkpoint."
