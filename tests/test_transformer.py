@@ -40,6 +40,23 @@ def _model(seed=0, **overrides):
     return Transformer.from_hparams(_hparams(**overrides), vocab_size=VOCAB)
 
 
+def _config(**overrides):
+    """A one-layer TransformerConfig without dropout, for layer-level tests."""
+    values = {
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "filter_size": 32,
+        "num_encoder_layers": 1,
+        "num_decoder_layers": 1,
+        "num_heads": 2,
+        "layer_prepostprocess_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "relu_dropout": 0.0,
+        "shared_embedding_and_softmax_weights": True,
+    }
+    return tr.TransformerConfig(**{**values, **overrides})
+
+
 def _features(inputs, targets):
     return {
         "inputs": tf.constant(inputs, tf.int32),
@@ -64,17 +81,10 @@ def test_output_shape_and_dtype():
 
 
 def test_layer_get_config_round_trip():
-    config = tr.TransformerConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        filter_size=32,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
+    config = _config(
         layer_prepostprocess_dropout=0.1,
         attention_dropout=0.2,
         relu_dropout=0.3,
-        shared_embedding_and_softmax_weights=True,
         norm_epsilon=1e-5,
         initializer_gain=0.5,
     )
@@ -214,6 +224,87 @@ def test_token_loss_hand_computed():
     expected = -np.sum(soft * log_probs) + np.sum(soft * np.log(soft))
     loss, _ = token_loss(logits, targets, 0.2)
     np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_attention_equals_a_numpy_reference(self_attention):
+    """The fused q/k/v projection (one matmul of the three kernels side by side)
+    computes T2T's attention with each kernel in its own role."""
+    layer = tr.MultiHeadAttention(_config())
+    rng = np.random.default_rng(0)
+    query = tf.constant(rng.normal(size=[2, 3, HIDDEN]), tf.float32)
+    memory = query if self_attention else tf.constant(rng.normal(size=[2, 5, HIDDEN]))
+    memory = tf.cast(memory, tf.float32)
+    bias = np.zeros([2, 1, 1, memory.shape[1]], np.float32)
+    bias[1, 0, 0, -1] = -1e9  # the second sequence's last memory position is padding
+    out, _ = layer(query, memory, tf.constant(bias))
+
+    def heads(x, dense):  # [batch, len, hidden] -> [batch, heads, len, depth]
+        y = x.numpy() @ dense.kernel.numpy()
+        return y.reshape(y.shape[0], y.shape[1], 2, HIDDEN // 2).transpose(0, 2, 1, 3)
+
+    q = heads(query, layer.q_dense) * (HIDDEN // 2) ** -0.5
+    k, v = heads(memory, layer.k_dense), heads(memory, layer.v_dense)
+    logits = q @ k.transpose(0, 1, 3, 2) + bias
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    combined = (weights @ v).transpose(0, 2, 1, 3).reshape(2, 3, HIDDEN)
+    expected = combined @ layer.output_dense.kernel.numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_token_loss_gradient_equals_one_hot_cross_entropy(smoothing):
+    """The fused loss's hand-written gradient equals autodiff of T2T's
+    formulation (explicit smoothed one-hot targets), padding and an upstream
+    factor included."""
+    vocab = 50
+    logits = 3.0 * tf.random.stateless_normal([3, 7, vocab], seed=[1, 2])
+    targets = tf.constant(np.random.default_rng(0).integers(0, vocab, [3, 7]))
+    low = smoothing / (vocab - 1)
+    soft = tf.one_hot(targets, vocab, 1.0 - smoothing, low)
+    entropy = -np.sum(
+        [p * np.log(p) for p in [1.0 - smoothing] + [low] * (vocab - 1) if p > 0]
+    )
+    weights = tf.cast(targets > 0, tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        loss, _ = token_loss(logits, targets, smoothing)
+        reference = tf.reduce_sum(
+            (tf.nn.softmax_cross_entropy_with_logits(soft, logits) - entropy) * weights
+        )
+        loss, reference = 1.7 * loss, 1.7 * reference
+    np.testing.assert_allclose(float(loss), float(reference), rtol=1e-5)
+    np.testing.assert_allclose(
+        tape.gradient(loss, logits).numpy(),
+        tape.gradient(reference, logits).numpy(),
+        atol=1e-6,
+    )
+    assert np.abs(tape.gradient(loss, logits).numpy()).max() > 0.1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_mask_rate_scale_and_gradient(dtype):
+    """16-bit masks: the drop fraction is the rate, kept values are scaled by the
+    exact inverse keep probability, the gradient uses the same mask and scale,
+    and odd sizes work (two elements per 32-bit draw)."""
+    x = tf.ones([101, 301], dtype)
+    generator = keras.random.SeedGenerator(3)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tr._dropout(x, 0.1, True, generator)
+        total = tf.reduce_sum(tf.cast(y, tf.float32) * 2.0)
+    y = tf.cast(y, tf.float32).numpy()
+    grad = tf.cast(tape.gradient(total, x), tf.float32).numpy()
+    dropped = y == 0
+    assert abs(dropped.mean() - 0.1) < 0.005  # 30401 draws: 5 sigma is 0.0086
+    kept_scale = 1.0 / (1.0 - 6554 / 65536)  # round(0.1·2¹⁶) = 6554
+    tolerance = 1e-6 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(np.unique(y[~dropped]), [kept_scale], rtol=tolerance)
+    np.testing.assert_array_equal(grad == 0, dropped)
+    np.testing.assert_allclose(grad[~dropped], 2.0 * kept_scale, rtol=tolerance)
+    again = tr._dropout(tf.ones([101, 301], dtype), 0.1, True, generator)
+    assert not np.array_equal(tf.cast(again, tf.float32).numpy() == 0, dropped)
 
 
 def test_token_accuracy_hand_made():

@@ -34,20 +34,48 @@ def token_loss(logits, targets, label_smoothing):
         confidence * tf.math.log(confidence)
         + (vocab_f - 1.0) * low_confidence * tf.math.log(low_confidence + 1e-20)
     )
-    # Cross entropy with the smoothed targets, without materializing them (T2T builds
-    # a [batch, length, vocab] one-hot): -sum_v q_v log p_v with q = low everywhere
-    # and confidence at the target = logsumexp(z) - (confidence - low)·z_target
-    # - low·sum_v z_v, since sum_v q_v = 1.
-    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)  # [batch, length]
-    target_logits = tf.gather(logits, targets, batch_dims=2)  # [batch, length]
-    xent = (
-        log_normalizer
-        - (confidence - low_confidence) * target_logits
-        - low_confidence * tf.reduce_sum(logits, axis=-1)
-    )
-    weights = _nonpad_weights(targets)  # [batch, length]
+    xent = smoothed_cross_entropy(
+        tf.reshape(logits, [-1, vocab_size]),
+        tf.reshape(targets, [-1]),
+        confidence,
+        low_confidence,
+    )  # [batch * length]
+    weights = tf.reshape(_nonpad_weights(targets), [-1])  # [batch * length]
     loss_sum = tf.reduce_sum((xent - normalizing) * weights)
     return loss_sum, tf.reduce_sum(weights)
+
+
+def smoothed_cross_entropy(logits, labels, confidence, low_confidence):
+    """-sum_v q_v log softmax(logits)_v per row, q = low_confidence everywhere and
+    confidence at the label (sum_v q_v = 1). logits float32 [rows, vocab]; labels
+    int32 [rows] -> [rows].
+
+    Neither the [rows, vocab] smoothed targets (T2T builds a one-hot) nor a
+    gather from the logits (whose gradient TF scatters into a zeroed
+    [rows, vocab] buffer: the largest non-matmul op of the step, measured) is
+    made. One fused kernel gives log-sum-exp and softmax - onehot; with them
+    the loss is nll + (1 - confidence + low)·z_label - low·sum_v z_v (nll =
+    lse - z_label), and its gradient softmax - q is the kernel's
+    (softmax - onehot) - low, plus (1 - confidence + low) at the label.
+    """
+
+    @tf.custom_gradient
+    def cross_entropy(z):
+        nll, softmax_minus_onehot = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+            features=z, labels=labels
+        )  # [rows], [rows, vocab]
+        label_boost = 1.0 - confidence + low_confidence
+        label_logits = tf.gather(z, labels, batch_dims=1)  # [rows]; no gradient
+        xent = nll + label_boost * label_logits - low_confidence * tf.reduce_sum(z, -1)
+
+        def grad(upstream):  # [rows]
+            dz = (softmax_minus_onehot - low_confidence) * upstream[:, None]
+            at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
+            return tf.tensor_scatter_nd_add(dz, at_labels, label_boost * upstream)
+
+        return xent, grad
+
+    return cross_entropy(logits)
 
 
 def token_accuracy(logits, targets):

@@ -75,12 +75,6 @@ def _dropout(x, rate, training, seed_generator):
     would have drawn. Under tf.distribute every replica advances the same generator
     state, so the replica id is folded into the seed: replicas draw different masks
     (replica 0 draws the masks a single-device run draws).
-
-    The mask compares raw 32-bit random integers with rate·2³², instead of drawing
-    floats in [0, 1) as tf.nn.experimental.stateless_dropout does: the same
-    Bernoulli(1 - rate) masks without the int-to-float conversion, measured 0.65×
-    the time of stateless_dropout on a [1800, 1024] activation (scripts/bench_step.py
-    has the whole-step effect).
     """
     if not training or not rate:
         return x
@@ -89,11 +83,46 @@ def _dropout(x, rate, training, seed_generator):
     replica = _replica_id()
     if replica is not None:
         seed = tf.random.experimental.stateless_fold_in(seed, replica)
+    keep, kept_fraction = _keep_mask(tf.shape(x), rate, seed)
+    return _masked_scale(x, keep, 1.0 / kept_fraction)
+
+
+def _keep_mask(shape, rate, seed):
+    """A Bernoulli keep mask (bool, `shape`) and its exact keep probability.
+
+    Each element compares 16 random bits with round(rate·2¹⁶), so one 32-bit
+    Philox draw serves two elements: the random-number kernel was the largest
+    non-matmul cost of the step (6% of op time, scripts/bench_step.py --op_stats),
+    and comparing integers also skips the int-to-float conversion of
+    tf.nn.experimental.stateless_dropout. The rate is kept to within 2⁻¹⁷
+    (0.1 drops with probability 6554/65536 = 0.100006), and the kept values are
+    scaled by the exact inverse of the keep probability, so E[dropout(x)] = x.
+    """
+    size = tf.reduce_prod(shape)
     bits = tf.random.stateless_uniform(
-        tf.shape(x), seed=seed, minval=None, maxval=None, dtype=tf.uint32
+        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
     )
-    keep = bits >= tf.constant(min(int(rate * 2**32), 2**32 - 1), tf.uint32)
-    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
+    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]  # [size]
+    threshold = min(max(round(rate * 2**16), 1), 2**16 - 1)
+    keep = tf.reshape(halves >= tf.constant(threshold, tf.uint16), shape)
+    return keep, 1.0 - threshold / 2**16
+
+
+def _masked_scale(x, keep, scale):
+    """where(keep, x·scale, 0) with a gradient of the same form: two element-wise
+    passes each way and no full-size zeros tensor (tf.where's own gradient builds
+    zeros_like(x) and selects against it)."""
+    scale = tf.cast(scale, x.dtype)
+    zero = tf.zeros([], x.dtype)
+
+    @tf.custom_gradient
+    def apply(value):
+        def grad(upstream):
+            return tf.where(keep, upstream * scale, zero)
+
+        return tf.where(keep, value * scale, zero), grad
+
+    return apply(x)
 
 
 def _replica_id():
@@ -116,7 +145,14 @@ def large_negative(dtype):
 
 
 def _uniform_unit_scaling(gain):
-    """T2T's "uniform unit scaling" (Glorot-uniform-like) with gain `gain`."""
+    """T2T's "uniform unit scaling" (Glorot-uniform-like) with gain `gain`.
+
+    A new initializer per weight: a Keras 3 initializer made without a seed draws
+    its seed once, so one instance shared by several Dense layers gives them
+    identical initial values (until session 6 the q, k, v and output kernels of
+    every attention layer started equal). Each instance's seed comes from
+    keras.utils.set_random_seed's global state, so runs stay reproducible.
+    """
     return keras.initializers.VarianceScaling(
         scale=gain, mode="fan_avg", distribution="uniform"
     )
@@ -235,13 +271,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
         self.num_heads = config.num_heads
         self.depth = config.hidden_size // config.num_heads
-        init = _uniform_unit_scaling(config.initializer_gain)
 
         def dense(name):
             return keras.layers.Dense(
                 config.hidden_size,
                 use_bias=False,
-                kernel_initializer=init,
+                kernel_initializer=_uniform_unit_scaling(config.initializer_gain),
                 dtype=config.dtype_policy,
                 name=name,
             )
@@ -249,10 +284,33 @@ class MultiHeadAttention(keras.layers.Layer):
         self.q_dense, self.k_dense = dense("q"), dense("k")
         self.v_dense, self.output_dense = dense("v"), dense("output_transform")
 
-    def _split_heads(self, x):
-        """[batch, length, hidden] -> [batch, heads, length, depth]."""
-        x = tf.reshape(x, [tf.shape(x)[0], tf.shape(x)[1], self.num_heads, self.depth])
-        return tf.transpose(x, [0, 2, 1, 3])
+    def build(self, query_shape=None, *args, **kwargs):
+        # The projections' kernels are read directly (see _project_heads), so they
+        # must exist before the first call, not when a Dense is first called.
+        for dense in (self.q_dense, self.k_dense, self.v_dense):
+            dense.build((None, None, self.config.hidden_size))
+        self.output_dense.build((None, None, self.config.hidden_size))
+
+    def _project_heads(self, x, denses, scales):
+        """x [batch, length, hidden] through several bias-free projections in ONE
+        matmul (their kernels side by side, each times its scale), split into heads:
+        per dense [batch, heads, length, depth].
+
+        Self-attention's q, k, v (and encoder-decoder attention's k, v) then cost one
+        [positions, hidden] x [hidden, 3·hidden] matmul and one transpose each way
+        instead of three; the weights stay three checkpointed Dense kernels.
+        Folding the query scale into the kernel saves a pass over q.
+        """
+        kernel = tf.concat(
+            [dense.kernel * scale for dense, scale in zip(denses, scales)], axis=1
+        )  # [hidden, len(denses) * hidden]
+        kernel = tf.cast(kernel, self.compute_dtype)
+        batch, length = tf.shape(x)[0], tf.shape(x)[1]
+        flat = tf.reshape(tf.cast(x, self.compute_dtype), [-1, self.config.hidden_size])
+        y = tf.matmul(flat, kernel)  # [positions, len(denses) * hidden]
+        y = tf.reshape(y, [batch, length, len(denses), self.num_heads, self.depth])
+        y = tf.transpose(y, [2, 0, 3, 1, 4])  # [len(denses), batch, heads, len, depth]
+        return tf.unstack(y, num=len(denses))
 
     def _combine_heads(self, x):
         """[batch, heads, length, depth] -> [batch, length, hidden]."""
@@ -262,10 +320,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def keys_values(self, memory):
         """memory [batch, m_len, hidden] -> {"k", "v"} [batch, heads, m_len, depth]."""
-        return {
-            "k": self._split_heads(self.k_dense(memory)),
-            "v": self._split_heads(self.v_dense(memory)),
-        }
+        k, v = self._project_heads(memory, [self.k_dense, self.v_dense], [1.0, 1.0])
+        return {"k": k, "v": v}
 
     def call(self, query, memory, bias, training=False, cache=None):
         """query [batch, q_len, hidden] attends over memory [batch, m_len, hidden];
@@ -276,14 +332,20 @@ class MultiHeadAttention(keras.layers.Layer):
         cache is all the memory. Returns (output [batch, q_len, hidden], the
         {"k", "v"} attended over: the next step's cache).
         """
-        if memory is None:  # encoder-decoder attention over the cached encoder
-            kv = cache
+        query_scale = self.depth**-0.5
+        if memory is query:  # self-attention: q, k, v in one matmul
+            q, k, v = self._project_heads(
+                query, [self.q_dense, self.k_dense, self.v_dense], [query_scale, 1, 1]
+            )  # [batch, heads, length, depth] each
+            kv = {"k": k, "v": v}
         else:
-            kv = self.keys_values(memory)  # [batch, heads, m_len, depth] each
-            if cache is not None:  # self-attention: new positions after cached ones
-                kv = {key: tf.concat([cache[key], kv[key]], axis=2) for key in kv}
-        q = self._split_heads(self.q_dense(query))  # [batch, heads, q_len, depth]
-        q *= self.depth**-0.5
+            (q,) = self._project_heads(query, [self.q_dense], [query_scale])
+            if memory is None:  # the cache is the whole memory
+                kv, cache = cache, None
+            else:
+                kv = self.keys_values(memory)
+        if cache is not None:  # self-attention: new positions after cached ones
+            kv = {key: tf.concat([cache[key], kv[key]], axis=2) for key in kv}
         logits = tf.matmul(q, kv["k"], transpose_b=True)  # [.., q_len, k_len]
         weights = tf.nn.softmax(logits + tf.cast(bias, logits.dtype))
         rate = self.config.attention_dropout
@@ -303,17 +365,17 @@ class FeedForward(keras.layers.Layer):
         super().__init__(**{"dtype": config.dtype_policy, **kwargs})
         self.config = config
         self.seed_generator = keras.random.SeedGenerator()  # dropout masks
-        init = _uniform_unit_scaling(config.initializer_gain)
+        gain = config.initializer_gain
         self.filter_dense = keras.layers.Dense(
             config.filter_size,
             activation="relu",
-            kernel_initializer=init,
+            kernel_initializer=_uniform_unit_scaling(gain),
             dtype=config.dtype_policy,
             name="conv1",
         )
         self.output_dense = keras.layers.Dense(
             config.hidden_size,
-            kernel_initializer=init,
+            kernel_initializer=_uniform_unit_scaling(gain),
             dtype=config.dtype_policy,
             name="conv2",
         )
