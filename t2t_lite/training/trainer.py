@@ -14,11 +14,10 @@ from absl import logging
 
 from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.decoding.decoder import decode_hparams
-from t2t_lite.errors import UserError
 from t2t_lite.optim.schedule import accumulate_steps
 from t2t_lite.registry import MODELS, PROBLEMS
 from t2t_lite.runs import run_dir
-from t2t_lite.runs.best import BestCheckpoint, check_metric
+from t2t_lite.runs.best import check_metric
 from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
 from t2t_lite.runs.warm_start import warm_start
 from t2t_lite.training.build import build_run
@@ -26,17 +25,13 @@ from t2t_lite.training.distribution import is_chief, num_workers, worker_index
 from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
 from t2t_lite.training.inputs import ReplicaInputs
 from t2t_lite.training.preemption import StopRequest
-from t2t_lite.training.progress import ThroughputMeter, format_seconds
-from t2t_lite.training.run_info import (
-    check_train_steps_change,
-    grad_norm_text,
-    write_hparams_summary,
-)
+from t2t_lite.training.progress import ThroughputMeter
+from t2t_lite.training.run_info import check_train_steps_change, write_hparams_summary
+from t2t_lite.training.run_state import DivergenceError, RunLog, RunState
 from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
-
-class DivergenceError(UserError):
-    """Too many NaN/Inf updates in a row; the message says what to do."""
+# DivergenceError is raised by run_state.py's RunLog; callers catch it from here.
+__all__ = ["DivergenceError", "RunConfig", "Trainer", "simulation_line"]
 
 
 @dataclasses.dataclass
@@ -116,7 +111,6 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
         self.input_pipeline_changed = False  # set by restore(): data order restarts
-        self._skipped_seen = 0  # skipped updates already reported in the log
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
         self.chief = is_chief(self.strategy)
@@ -130,13 +124,15 @@ class Trainer:
             config.eval_early_stopping_metric,
             bool(config.eval_bleu_sentences and self.problem.reports_bleu),
         )
-        self.early_stopped = None  # why, when early stopping ended train()
-        self.best = BestCheckpoint(
+        # Best checkpoint, early stopping, elapsed time (training/run_state.py):
+        self.run_state = RunState(
             config.output_dir,
             config.eval_early_stopping_metric,
             config.eval_early_stopping_metric_minimize,
+            config.eval_early_stopping_steps,
+            save=self.save,
+            workers=num_workers(self.strategy),
         )
-        self._elapsed_base, self._started = 0.0, time.time()  # metrics' elapsed_seconds
         self.n = accumulate_steps(hp, self.replicas)
         if self.chief:
             run_dir.prepare_output_dir(config.output_dir, hp)
@@ -181,7 +177,6 @@ class Trainer:
                 split=self.eval_split,
             )
         self.checkpoint = self.run.checkpoint()
-        self._writers = {}  # TensorBoard writers by subdirectory, opened on first use
         self.checkpoints = CheckpointKeeper(
             self.checkpoint,
             self._checkpoint_dir(),
@@ -190,6 +185,20 @@ class Trainer:
             keep_every_n_hours=config.keep_checkpoint_every_n_hours,
             optional=OPTIONAL_CHECKPOINT_ITEMS,
         )
+        # TensorBoard, log lines, skipped updates (training/run_state.py):
+        self.run_log = RunLog(
+            config.output_dir, self.chief, self.run, hp, self.checkpoints
+        )
+
+    @property
+    def best(self):
+        """The run's BestCheckpoint (runs/best.py); bin/trainer.py reports it."""
+        return self.run_state.best
+
+    @property
+    def early_stopped(self):
+        """Why early stopping ended train(), or None."""
+        return self.run_state.early_stopped
 
     def _accumulation_hint(self):
         """Why n changed on resume: only effective_batch_size makes it depend on
@@ -321,106 +330,11 @@ class Trainer:
             metrics.update(bleu)
         record.update(metrics)
         if write:
-            record.update(self._track_best(record))
+            record.update(self.run_state.track_best(record))
             run_dir.append_metrics(self.config.output_dir, record)
-            with self._writer("eval").as_default(step=record["global_step"]):
-                for key in ("loss", "accuracy", "sequence_accuracy", "bleu"):
-                    if key in metrics:
-                        tf.summary.scalar(key, metrics[key])
-        logging.info(
-            "Eval at step %d (update %d): loss %.4f, accuracy %.4f, "
-            "sequence accuracy %.4f%s",
-            record["global_step"],
-            record["update_step"],
-            metrics["loss"],
-            metrics["accuracy"],
-            metrics["sequence_accuracy"],
-            f", BLEU {metrics['bleu']:.2f}" if "bleu" in metrics else "",
-        )
+        self.run_log.evaluation(record, summaries=write)
         self._notify("on_evaluate", time.perf_counter() - started)
         return record
-
-    def _track_best(self, record):
-        """Keeps the checkpoint of an evaluation that improves on the best one
-        (runs/best.py); returns the fields every metrics.jsonl record gains:
-        wall_time, elapsed_seconds (since the run began, across resumes) and the
-        best so far (best_checkpoint, best_<metric>, best_global_step)."""
-        if self.best.improves(record):
-            prefix = self._checkpoint_of(record["global_step"])
-            if prefix:
-                output_dir = self.config.output_dir
-                self.best.keep(
-                    record,
-                    prefix,
-                    [
-                        os.path.join(output_dir, name)
-                        for name in (run_dir.HPARAMS_FILE, run_dir.RUN_FILE)
-                    ],
-                )
-                logging.info("New best checkpoint: %s.", self.best.describe())
-        return {
-            "wall_time": time.time(),
-            "elapsed_seconds": self._elapsed_base + time.time() - self._started,
-            **self.best.fields(),
-        }
-
-    def _checkpoint_of(self, step):
-        """The checkpoint of `step`, written now if the evaluation's step was not a
-        checkpoint step (one worker only: saving is collective on many, so there
-        only evaluations at checkpoint steps can become the best one)."""
-        prefix = os.path.join(self.config.output_dir, f"model-{step}")
-        if tf.io.gfile.exists(prefix + ".index"):
-            return prefix
-        if num_workers(self.strategy) == 1:
-            return self.save()
-        logging.warning(
-            "Evaluation at step %d is not at a checkpoint step: it cannot become the "
-            "best checkpoint on many workers (make local_eval_frequency a multiple "
-            "of save_checkpoints_steps).",
-            step,
-        )
-        return None
-
-    def _recover_run_state(self, start):
-        """After a restore to global step `start`: the best checkpoint so far and
-        the elapsed training time, from best.json and metrics.jsonl."""
-        records = [
-            r
-            for r in run_dir.read_metrics(self.config.output_dir)
-            if r.get("global_step", start + 1) <= start
-        ]
-        self._last_eval_step = records[-1]["global_step"] if records else None
-        self._elapsed_base = (
-            float(records[-1].get("elapsed_seconds", 0.0)) if records else 0.0
-        )
-        self._started = time.time()
-        self.best.recover(start)
-
-    def _should_stop_early(self, global_step):
-        """Whether the metric has not improved for eval_early_stopping_steps (T2T:
-        global steps since the best evaluation); sets `early_stopped` and logs why."""
-        patience = self.config.eval_early_stopping_steps
-        waited = self.best.steps_without_improvement(global_step)
-        if patience <= 0 or self.best.best is None or waited < patience:
-            return False
-        self.early_stopped = (
-            f"{self.best.metric} has not improved for {waited} steps "
-            f"(eval_early_stopping_steps={patience}); best: {self.best.describe()}"
-        )
-        logging.info("Stopping early at step %d: %s.", global_step, self.early_stopped)
-        return True
-
-    def _writer(self, name):
-        """TensorBoard writer of OUTPUT_DIR/name; a no-op on workers but the chief."""
-        if name not in self._writers:
-            self._writers[name] = (
-                tf.summary.create_file_writer(
-                    os.path.join(self.config.output_dir, name)
-                )
-                if self.chief
-                else tf.summary.create_noop_writer()
-            )
-        return self._writers[name]
 
     # --- the loop -------------------------------------------------------------------
 
@@ -441,19 +355,17 @@ class Trainer:
         if self.input_pipeline_changed:  # the failed iterator restore may have left
             inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
             self._attach_iterators(inputs)  # them half-restored: start them afresh
-        self._recover_run_state(start)
+        self.run_state.recover(start)
         if start >= config.train_steps:
             logging.info("Already trained to step %d; evaluating only.", start)
             return self.evaluate(write=False)
-        if self._last_eval_step is not None and self._should_stop_early(
-            self._last_eval_step
-        ):
+        if self.run_state.had_stopped_early():
             logging.info(
                 "The run had stopped early; evaluating only (raise "
                 "eval_early_stopping_steps, or set it to 0, to train on)."
             )
             return self.evaluate(write=False)
-        write_hparams_summary(self._writer("train"), self.hp, self.config, start)
+        write_hparams_summary(self.run_log.writer("train"), self.hp, self.config, start)
         logging.info(simulation_line(self.hp, self.replicas))
         if config.train_steps % self.n:
             logging.warning(
@@ -467,7 +379,7 @@ class Trainer:
             with StopRequest() as stop:
                 record = self._loop(inputs, start, stop)
         finally:
-            self._close_writers()
+            self.run_log.close()
         return record
 
     def _attach_iterators(self, inputs):
@@ -512,9 +424,9 @@ class Trainer:
             saving = done % config.save_checkpoints_steps == 0
             logging_now = done % config.log_steps == 0 or done == config.train_steps
             if logging_now or saving or stop.requested:
-                self._check_divergence(done)
+                self.run_log.check_divergence(done)
             if logging_now:
-                self._log(meter, done)
+                self.run_log.training(meter, done)
             # A signal may arrive at any point above: read the stop request only
             # here, once, so a stop always comes with a checkpoint of this very step.
             # On many workers, all stop at the update where any of them asked to.
@@ -531,9 +443,10 @@ class Trainer:
                 return None
             if config.local_eval_frequency and done % config.local_eval_frequency == 0:
                 record = self.evaluate(stop=stop)
-                if record and "loss" in record and self._should_stop_early(done):
+                evaluated = bool(record and "loss" in record)  # the chief's, in full
+                if evaluated and self.run_state.should_stop_early(done):
                     if not many_workers:
-                        self._checkpoint_of(done)  # saved unless it already was
+                        self.run_state.checkpoint_of(done)  # saved unless it was
                         return record
                     self.step.request_stop()  # every worker stops at the next update
         if last_saved != config.train_steps:
@@ -542,80 +455,3 @@ class Trainer:
         if record is None:  # stopped during the final evaluation; already saved
             self.stopped_by = stop.requested
         return record
-
-    def _check_divergence(self, done):
-        """Logs skipped updates; raises DivergenceError after too many in a row.
-
-        Read at log and checkpoint boundaries only (a host sync), not per update:
-        skipped updates change nothing, so noticing a streak late costs nothing.
-        """
-        in_a_row = int(tf.convert_to_tensor(self.step.bad_updates_in_a_row))
-        total = int(tf.convert_to_tensor(self.step.skipped_updates))
-        if total > self._skipped_seen:
-            logging.warning(
-                "Skipped updates with a NaN/Inf loss, gradient or learning rate: "
-                "%d in total, %d in a row at step %d.",
-                total,
-                in_a_row,
-                done,
-            )
-            self._skipped_seen = total
-        if in_a_row >= self.hp.max_consecutive_bad_updates:
-            raise DivergenceError(
-                f"training diverged: {in_a_row} updates in a row had a NaN/Inf loss "
-                f"or gradient (by step {done}); the newest good checkpoint is "
-                f"{self.checkpoints.latest}. Lower learning_rate_constant or set "
-                "clip_grad_norm (both may change on resume), then rerun."
-            )
-
-    def _log(self, meter, done):
-        loss, tokens_per_s, eta = meter.take()
-        update = self.step.update_step
-        rate = float(self.schedule(max(update - 1, 0)))
-        with self._writer("train").as_default(step=done):
-            tf.summary.scalar("loss", loss)
-            tf.summary.scalar("learning_rate", rate)
-            tf.summary.scalar("tokens_per_second", tokens_per_s)
-            tf.summary.scalar(
-                "skipped_updates", tf.convert_to_tensor(self.step.skipped_updates)
-            )
-            scaling = self._loss_scale_state()
-            if scaling:
-                tf.summary.scalar("loss_scale", scaling[0])
-                tf.summary.scalar("overflow_updates", scaling[1])
-            clipped = int(tf.convert_to_tensor(self.step.clipped_updates))
-            if meter.grad_norm is not None:
-                tf.summary.scalar("grad_norm", meter.grad_norm)
-            tf.summary.scalar("clipped_updates", clipped)
-        logging.info(
-            "step %d, update %d, loss %.4f, lr %.3g%s, %.0f tokens/s, ETA %s%s",
-            done,
-            update,
-            loss,
-            rate,
-            grad_norm_text(meter.grad_norm, clipped, self.hp.clip_grad_norm),
-            tokens_per_s,
-            format_seconds(eta),
-            _loss_scale_text(scaling),
-        )
-
-    def _loss_scale_state(self):
-        """(loss scale, updates skipped for overflow) under float16, else None."""
-        scale = self.step.loss_scale
-        if scale is None:
-            return None
-        return float(tf.convert_to_tensor(scale.scale)), int(
-            tf.convert_to_tensor(scale.overflows)
-        )
-
-    def _close_writers(self):
-        for writer in self._writers.values():
-            writer.close()
-
-
-def _loss_scale_text(scaling):
-    """The log line's loss-scale part under float16 ("" otherwise)."""
-    if not scaling:
-        return ""
-    scale, overflows = scaling
-    return f", loss scale {scale:g} ({overflows} overflow updates skipped)"
