@@ -17,6 +17,8 @@ import contextlib
 import dataclasses
 import importlib
 import io
+import json
+import os
 import subprocess
 import sys
 
@@ -163,3 +165,19 @@ def tiny_trainer_flags(problem):
         "--eval_steps=2",
         "--log_steps=2",
     ]
+
+
+def run_json_script(name, *args, timeout=600):
+    """Runs tests/NAME (a script that prints one JSON line last) in a fresh Python;
+    returns that JSON. A failure shows the end of its stderr."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run(
+        [sys.executable, os.path.join(here, name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=here,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -13,25 +13,12 @@ import sys
 import time
 
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_script(name, *args, timeout=600):
-    result = subprocess.run(
-        [sys.executable, os.path.join(HERE, name), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=HERE,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+from cli_helpers import run_json_script
 
 
 @pytest.fixture(scope="module")
 def equivalence():
-    return run_script("distributed_equivalence.py")
+    return run_json_script("distributed_equivalence.py")
 
 
 @pytest.mark.slow
@@ -55,50 +42,6 @@ def test_one_all_reduce_per_update_and_none_in_between(equivalence):
     assert equivalence["update_tensors"] == equivalence["variables"] + 3
     # The control: an all-reduce added to each accumulate micro-step is seen.
     assert equivalence["control_accumulate_groups"] == 1
-
-
-@pytest.fixture(scope="module")
-def trainer_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("distributed_trainer")
-    return run_script("distributed_trainer.py", str(root))
-
-
-@pytest.mark.slow
-def test_mid_window_stop_and_resume_equals_an_uninterrupted_run(trainer_runs):
-    """2 replicas, n=3: SIGTERM after micro-step 4 (inside the second window), then
-    resume; weights, slots and counters equal the uninterrupted run's."""
-    assert trainer_runs["stopped_by"] == "SIGTERM"
-    assert trainer_runs["stopped_at"] == 4
-    assert trainer_runs["resume_micro_steps"] == 9
-    assert trainer_runs["resume_updates"] == 3
-    assert trainer_runs["resume_ratio"] < 1
-
-
-@pytest.mark.slow
-def test_a_checkpoint_resumes_on_another_replica_count_with_a_warning(trainer_runs):
-    warnings = trainer_runs["replica_change_warnings"]
-    assert len(warnings) == 2
-    assert "1 replica(s) on 2" in warnings[0] and "from 192 to 384" in warnings[0]
-    assert "2 replica(s) on 1" in warnings[1] and "from 384 to 192" in warnings[1]
-    assert trainer_runs["grown_updates"] == 2 and trainer_runs["shrunk_updates"] == 2
-
-
-@pytest.mark.slow
-def test_replicas_draw_different_dropout_masks(trainer_runs):
-    """Same batch on both replicas, dropout 0.5: different masks, different losses."""
-    first, second = trainer_runs["dropout_replica_losses"]
-    assert first != second
-
-
-@pytest.mark.slow
-def test_effective_batch_size_refuses_a_resume_that_would_change_n(trainer_runs):
-    """192 tokens per update of 64-token micro-batches: n=3 on one replica, recorded
-    in run.json; on 2 replicas n would be 2, and the resume is refused."""
-    assert trainer_runs["effective_n"] == 3 == trainer_runs["effective_recorded_n"]
-    assert trainer_runs["effective_updates"] == 1
-    refusal = trainer_runs["effective_refusal"]
-    assert refusal and "accumulate_steps 3, not 2" in refusal
-    assert "effective_batch_size 192 on 2 replica(s)" in refusal and "\n" not in refusal
 
 
 # --- two workers on this machine (MultiWorkerMirroredStrategy via TF_CONFIG) --------
