@@ -25,8 +25,9 @@ Each child reports:
 
 - baseline: after building the run (TF runtime, weights, Adam slots, and for b_n8 the
   accumulators) and the batches, before the first step: RSS (/proc/self/status VmRSS)
-  and the TF CPU allocator's live bytes (tf.config.experimental.get_memory_info,
-  which does work on CPU in TF 2.21). The allocator counts the chunks its tensors
+  and the TF CPU allocator's live bytes (tf.config.experimental.get_memory_info;
+  TF keeps CPU statistics only with its BFC allocator, which not every machine
+  picks by default, so every child runs with TF_CPU_ALLOCATOR_USE_BFC=true). The allocator counts the chunks its tensors
   and variables occupy (rounded up, so 71.7 MiB of accumulators count 82 MiB), not
   the runtime, Python, or graph and kernel caches.
 - peak: the largest RSS (VmHWM; == getrusage ru_maxrss) and the largest TF allocator
@@ -257,13 +258,16 @@ def child(args):
 
 # --- in the parent: running and reporting ----------------------------------------------
 
+# TF's CPU allocator statistics exist only with its BFC allocator.
+ALLOCATOR_STATS = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
 
 def measure(args):
     """{config: [child result per round]}, interleaved over rounds."""
     results = {c: [] for c in args.configs}
 
     def run_one(config, round_index):
-        stdout, _ = benchlib.run_python(child_args(args, config))
+        stdout, _ = benchlib.run_python(child_args(args, config), env=ALLOCATOR_STATS)
         result = benchlib.last_json(stdout)
         results[config].append(result)
         print(

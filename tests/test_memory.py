@@ -110,6 +110,8 @@ class Trained:
     after: list  # live tensor bytes after each later micro-step
     update_step: int
     tracing_counts: list  # of accumulate, accumulate_and_update
+    exact: bool  # the allocator counts tensor bytes exactly (see _measure_in_child)
+    accumulator_bytes: int
 
 
 def _train_and_measure():
@@ -143,7 +145,30 @@ def _train_and_measure():
             step.accumulate.experimental_get_tracing_count(),
             step.accumulate_and_update.experimental_get_tracing_count(),
         ],
+        _BFC not in os.environ,
+        _nbytes(step.accumulator.variables),
     )
+
+
+_BFC = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def _measure_in_child():
+    """Prints _train_and_measure's JSON. TF's default CPU allocator keeps statistics
+    only where oneDNN is on (Intel CPUs with AVX-512: its allocator counts tensor
+    bytes exactly); elsewhere (seen on an AMD EPYC) it has none, and this re-runs
+    itself with the BFC allocator, which counts the chunks holding tensors: a
+    buffer a variable adopts on assign may sit in a chunk up to twice its size, so
+    its counts move by a few hundred KB at updates while the tensors do not."""
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError:
+        if _BFC in os.environ:
+            raise
+        os.execve(
+            sys.executable, [sys.executable, *sys.argv], {**os.environ, _BFC: "true"}
+        )
+    print(json.dumps(dataclasses.asdict(_train_and_measure())))
 
 
 @pytest.fixture(scope="module")
@@ -175,14 +200,21 @@ def test_micro_steps_create_no_variables_and_trace_once(trained):
 @pytest.mark.slow
 def test_micro_steps_allocate_nothing_that_stays(trained):
     """Accumulating adds in place: after every accumulate-only micro-step of a window
-    (but the first) the live tensor bytes are the same, and every update leaves the
-    same amount."""
+    (but the first) the live tensor bytes are the same (with either allocator), and
+    every update leaves the same amount (to BFC's chunk rounding, see
+    _measure_in_child: less than half of one model copy)."""
     after = trained.after
     for window in range(WINDOWS):
         live = after[window * N : (window + 1) * N]
         assert len(set(live[1 : N - 1])) == 1, live  # no growth inside a window
     updates = after[N - 1 :: N]
-    assert len(set(updates)) == 1, updates  # no growth from window to window
+    assert max(updates) - min(updates) <= _slack(trained), updates
+
+
+def _slack(trained):
+    """How far apart two exact-same live-tensor states may count: 0 with an exact
+    allocator, under half a model copy with BFC (the bug below added a whole one)."""
+    return 0 if trained.exact else trained.accumulator_bytes // 2
 
 
 @pytest.mark.slow
@@ -190,7 +222,8 @@ def test_live_bytes_are_the_same_after_every_micro_step(trained):
     """The accumulators, allocated once at build, are the only extra, so nothing
     changes from one micro-step to the next, update or not. (Resetting them with
     assign(zeros_like) failed this: they aliased folded constant zeros, +1 MiB here.)"""
-    assert [a - trained.before for a in trained.after] == [0] * len(trained.after)
+    drift = [a - trained.before for a in trained.after]
+    assert all(abs(d) <= _slack(trained) for d in drift), drift
 
 
 def test_reset_zeroes_sums_that_overflowed():
@@ -210,4 +243,4 @@ def test_reset_zeroes_sums_that_overflowed():
 
 
 if __name__ == "__main__":
-    print(json.dumps(dataclasses.asdict(_train_and_measure())))
+    _measure_in_child()
