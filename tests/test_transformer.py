@@ -321,3 +321,39 @@ def test_token_accuracy_hand_made():
 def test_config_rejects_heads_not_dividing_hidden():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         _model(num_heads=3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_layer_norm_equals_keras_layer_norm_and_its_gradient(dtype):
+    """The hand-written gradient against autodiff of Keras's own layer: output and
+    the gradients of x, gamma and beta, on rows of very different scales, with the
+    same weight names (checkpoint keys)."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(
+        rng.normal(size=[3, 5, 16]) * rng.uniform(0.01, 100, size=[3, 5, 1]) + 2,
+        tf.float32,
+    )
+    upstream = tf.constant(rng.normal(size=[3, 5, 16]), tf.float32)
+    ours = tr.LayerNormalization(epsilon=1e-6, dtype=dtype, name="norm")
+    keras_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="norm")
+    results = []
+    for layer in (ours, keras_norm):
+        layer.build(x.shape)
+        layer.gamma.assign(rng.normal(size=[16]).astype(np.float32) + 1)
+        layer.beta.assign(rng.normal(size=[16]).astype(np.float32))
+    keras_norm.set_weights(ours.get_weights())
+    for layer in (ours, keras_norm):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = tf.cast(layer(x), tf.float32)
+            loss = tf.reduce_sum(out * upstream)
+        results.append([out, *tape.gradient(loss, [x, layer.gamma, layer.beta])])
+    assert [w.name for w in ours.weights] == [w.name for w in keras_norm.weights]
+    assert (
+        results[0][0].dtype == tf.float32 and ours.compute_dtype == layer.compute_dtype
+    )
+    out_tolerance = 1e-5 if dtype == "float32" else 1e-2  # one bfloat16 ulp at ~4
+    np.testing.assert_allclose(results[0][0], results[1][0], atol=out_tolerance)
+    for ours_grad, keras_grad in zip(results[0][1:], results[1][1:]):
+        scale = float(tf.reduce_max(tf.abs(keras_grad)))
+        np.testing.assert_allclose(ours_grad, keras_grad, atol=2e-5 * scale)
