@@ -26,8 +26,9 @@ Each child reports:
 - baseline: after building the run (TF runtime, weights, Adam slots, and for b_n8 the
   accumulators) and the batches, before the first step: RSS (/proc/self/status VmRSS)
   and the TF CPU allocator's live bytes (tf.config.experimental.get_memory_info;
-  TF keeps CPU statistics only with its BFC allocator, which not every machine
-  picks by default, so every child runs with TF_CPU_ALLOCATOR_USE_BFC=true). The allocator counts the chunks its tensors
+  TF keeps CPU statistics only in its BFC allocator or oneDNN's, and oneDNN is off
+  on some CPUs, so every child runs with TF_CPU_ALLOCATOR_USE_BFC=true). The
+  allocator counts the chunks its tensors
   and variables occupy (rounded up, so 71.7 MiB of accumulators count 82 MiB), not
   the runtime, Python, or graph and kernel caches.
 - peak: the largest RSS (VmHWM; == getrusage ru_maxrss) and the largest TF allocator
@@ -258,7 +259,7 @@ def child(args):
 
 # --- in the parent: running and reporting ----------------------------------------------
 
-# TF's CPU allocator statistics exist only with its BFC allocator.
+# TF keeps CPU allocator statistics in BFC (or oneDNN's allocator, not on every CPU).
 ALLOCATOR_STATS = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 

@@ -176,7 +176,7 @@ def test_bucket_padding_never_changes_loss_or_gradients():
         np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6)
         for g_a, g_b in zip(grads_a, grads_b):
             g_a, g_b = tf.convert_to_tensor(g_a), tf.convert_to_tensor(g_b)
-            # Padded shapes make oneDNN sum in another order: float32 rounding of a
+            # Padded shapes make the matmul kernels sum in another order: rounding of a
             # few 1e-6 on these token-summed gradients (~0.1); one leaked padding
             # position would move them by ~1e-2.
             np.testing.assert_allclose(g_b, g_a, rtol=1e-5, atol=1e-5)

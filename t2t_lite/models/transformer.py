@@ -404,8 +404,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """
 
     def call(self, inputs):
-        if self.axis not in (-1, [-1], [len(inputs.shape) - 1]):
-            return super().call(inputs)
+        last_axis_only = self.axis in (-1, [-1], [len(inputs.shape) - 1])
+        if not last_axis_only or self.gamma is None or self.beta is None:
+            return super().call(inputs)  # a form the Transformer does not use
         x = tf.cast(inputs, tf.float32)
         gamma = tf.convert_to_tensor(self.gamma)
         beta = tf.convert_to_tensor(self.beta)
