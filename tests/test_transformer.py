@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.models import Transformer, token_accuracy, token_loss
+from t2t_lite.models import kernels
 from t2t_lite.models import transformer as tr
 
 VOCAB = 20
@@ -292,7 +293,7 @@ def test_dropout_mask_rate_scale_and_gradient(dtype):
     generator = keras.random.SeedGenerator(3)
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = tr._dropout(x, 0.1, True, generator)
+        y = kernels.dropout(x, 0.1, True, generator)
         total = tf.reduce_sum(tf.cast(y, tf.float32) * 2.0)
     y = tf.cast(y, tf.float32).numpy()
     grad = tf.cast(tape.gradient(total, x), tf.float32).numpy()
@@ -303,7 +304,7 @@ def test_dropout_mask_rate_scale_and_gradient(dtype):
     np.testing.assert_allclose(np.unique(y[~dropped]), [kept_scale], rtol=tolerance)
     np.testing.assert_array_equal(grad == 0, dropped)
     np.testing.assert_allclose(grad[~dropped], 2.0 * kept_scale, rtol=tolerance)
-    again = tr._dropout(tf.ones([101, 301], dtype), 0.1, True, generator)
+    again = kernels.dropout(tf.ones([101, 301], dtype), 0.1, True, generator)
     assert not np.array_equal(tf.cast(again, tf.float32).numpy() == 0, dropped)
 
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from t2t_lite.constants import NEG_INF, PAD_ID
 from t2t_lite.hparams_checks import check_transformer_hparams
+from t2t_lite.models.kernels import LayerNormalization, dropout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,77 +67,6 @@ def _as_config(config):
     return TransformerConfig(**config)
 
 
-def _dropout(x, rate, training, seed_generator):
-    """Dropout, an exact no-op unless training with rate > 0.
-
-    Masks come from the layer's keras.random.SeedGenerator: seeded by
-    keras.utils.set_random_seed, and its state is checkpointed (one of the model's
-    non_trainable_variables), so a resumed run draws the masks an uninterrupted run
-    would have drawn. Under tf.distribute every replica advances the same generator
-    state, so the replica id is folded into the seed: replicas draw different masks
-    (replica 0 draws the masks a single-device run draws).
-    """
-    if not training or not rate:
-        return x
-    seed = seed_generator.next()  # [2] int64
-    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # as Keras
-    replica = _replica_id()
-    if replica is not None:
-        seed = tf.random.experimental.stateless_fold_in(seed, replica)
-    keep, kept_fraction = _keep_mask(tf.shape(x), rate, seed)
-    return _masked_scale(x, keep, 1.0 / kept_fraction)
-
-
-def _keep_mask(shape, rate, seed):
-    """A Bernoulli keep mask (bool, `shape`) and its exact keep probability.
-
-    Each element compares 16 random bits with round(rate·2¹⁶), so one 32-bit
-    Philox draw serves two elements: the random-number kernel was the largest
-    non-matmul cost of the step (6% of op time, scripts/bench_step.py --op_stats),
-    and comparing integers also skips the int-to-float conversion of
-    tf.nn.experimental.stateless_dropout. The rate is kept to within 2⁻¹⁷
-    (0.1 drops with probability 6554/65536 = 0.100006), and the kept values are
-    scaled by the exact inverse of the keep probability, so E[dropout(x)] = x.
-    """
-    size = tf.reduce_prod(shape)
-    bits = tf.random.stateless_uniform(
-        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
-    )
-    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]  # [size]
-    threshold = min(max(round(rate * 2**16), 1), 2**16 - 1)
-    keep = tf.reshape(halves >= tf.constant(threshold, tf.uint16), shape)
-    return keep, 1.0 - threshold / 2**16
-
-
-def _masked_scale(x, keep, scale):
-    """where(keep, x·scale, 0) with a gradient of the same form: two element-wise
-    passes each way and no full-size zeros tensor (tf.where's own gradient builds
-    zeros_like(x) and selects against it)."""
-    scale = tf.cast(scale, x.dtype)
-    zero = tf.zeros([], x.dtype)
-
-    @tf.custom_gradient
-    def apply(value):
-        def grad(upstream):
-            return tf.where(keep, upstream * scale, zero)
-
-        return tf.where(keep, value * scale, zero), grad
-
-    return apply(x)
-
-
-def _replica_id():
-    """This replica's id in its sync group when it can be non-zero, else None."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return None
-    replica = context.replica_id_in_sync_group
-    static = tf.get_static_value(replica)
-    if static is not None and static == 0:
-        return None
-    return tf.cast(replica, tf.int32)
-
-
 def large_negative(dtype):
     """The additive attention bias that masks a position, representable in `dtype`:
     T2T's -1e9, or float16's lowest finite value (-65504) under float16."""
@@ -149,8 +79,8 @@ def _uniform_unit_scaling(gain):
 
     A new initializer per weight: a Keras 3 initializer made without a seed draws
     its seed once, so one instance shared by several Dense layers gives them
-    identical initial values (until session 6 the q, k, v and output kernels of
-    every attention layer started equal). Each instance's seed comes from
+    identical initial values (the q, k, v and output kernels of every attention
+    layer would start equal). Each instance's seed comes from
     keras.utils.set_random_seed's global state, so runs stay reproducible.
     """
     return keras.initializers.VarianceScaling(
@@ -197,7 +127,7 @@ def attention_bias_lower_triangle(length, dtype=tf.float32):
     Three dimensions, not T2T's [1, 1, length, length]: both broadcast over batch and
     heads alike, but with the 4-D one TF's oneDNN CPU kernels run an inference-only
     forward pass 6-100x slower (evaluation, uncached decoding); training is not
-    affected. Measured in scripts/bench_decoding.py's notes and README."""
+    affected (scripts/bench_decoding.py, docs/benchmarks.md)."""
     allowed = tf.linalg.band_part(tf.ones([length, length], dtype), -1, 0)
     return ((1.0 - allowed) * large_negative(dtype))[None, :, :]
 
@@ -351,7 +281,7 @@ class MultiHeadAttention(keras.layers.Layer):
         logits = tf.matmul(q, kv["k"], transpose_b=True)  # [.., q_len, k_len]
         weights = tf.nn.softmax(logits + tf.cast(bias, logits.dtype))
         rate = self.config.attention_dropout
-        weights = _dropout(weights, rate, training, self.seed_generator)
+        weights = dropout(weights, rate, training, self.seed_generator)
         out = tf.matmul(weights, kv["v"])  # [batch, heads, q_len, depth]
         return self.output_dense(self._combine_heads(out)), kv
 
@@ -384,57 +314,11 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, x, training=False):
         h = self.filter_dense(x)  # [batch, length, filter]
-        h = _dropout(h, self.config.relu_dropout, training, self.seed_generator)
+        h = dropout(h, self.config.relu_dropout, training, self.seed_generator)
         return self.output_dense(h)  # [batch, length, hidden]
 
     def get_config(self):
         return {**super().get_config(), "config": dataclasses.asdict(self.config)}
-
-
-class LayerNormalization(keras.layers.LayerNormalization):
-    """Keras's layer normalization over the last axis, with a hand-written gradient.
-
-    The same weights (gamma, beta), names, config and checkpoint keys as Keras's
-    layer, and like it computed in float32 whatever the compute dtype. Keras builds
-    it from moments() and leaves the backward pass to autodiff: ~20 element-wise
-    ops and broadcasts per norm, 8% of the float32 translation step's op time on a
-    CPU without oneDNN (scripts/bench_step.py --op_stats). Here the forward pass is
-    five element-wise passes and the backward pass uses the closed form
-    dx = rstd · (dy − mean(dy) − y · mean(dy · y)), dy = upstream · gamma.
-    """
-
-    def call(self, inputs):
-        last_axis_only = self.axis in (-1, [-1], [len(inputs.shape) - 1])
-        if not last_axis_only or self.gamma is None or self.beta is None:
-            return super().call(inputs)  # a form the Transformer does not use
-        x = tf.cast(inputs, tf.float32)
-        gamma = tf.convert_to_tensor(self.gamma)
-        beta = tf.convert_to_tensor(self.beta)
-        return tf.cast(_normalize(x, gamma, beta, self.epsilon), self.compute_dtype)
-
-
-def _normalize(x, gamma, beta, epsilon):
-    """(x − mean) / sqrt(var + epsilon) · gamma + beta over the last axis."""
-
-    @tf.custom_gradient
-    def normalize(x, gamma, beta):
-        centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-        rstd = tf.math.rsqrt(variance + epsilon)  # [..., 1]
-        y = centered * rstd
-
-        def grad(upstream):
-            rows = tf.range(tf.rank(upstream) - 1)  # every axis but the last
-            d_gamma = tf.reduce_sum(upstream * y, axis=rows)
-            d_beta = tf.reduce_sum(upstream, axis=rows)
-            dy = upstream * gamma
-            mean_dy = tf.reduce_mean(dy, axis=-1, keepdims=True)
-            mean_dy_y = tf.reduce_mean(dy * y, axis=-1, keepdims=True)
-            return rstd * (dy - mean_dy - y * mean_dy_y), d_gamma, d_beta
-
-        return y * gamma + beta, grad
-
-    return normalize(x, gamma, beta)
 
 
 def _layer_norm(config, name):
@@ -458,7 +342,7 @@ class _TransformerLayer(keras.layers.Layer):
     def _residual(self, x, y, training):
         """Postprocess "da": dropout then residual add."""
         rate = self.config.layer_prepostprocess_dropout
-        return x + _dropout(y, rate, training, self.seed_generator)
+        return x + dropout(y, rate, training, self.seed_generator)
 
     def get_config(self):
         return {**super().get_config(), "config": dataclasses.asdict(self.config)}
@@ -610,7 +494,7 @@ class Transformer(keras.Model):
             tf.shape(x)[1], hidden, start_index=start_index, dtype=x.dtype
         )
         rate = self.config.layer_prepostprocess_dropout
-        return _dropout(x, rate, training, self.seed_generator)
+        return dropout(x, rate, training, self.seed_generator)
 
     def encode(self, inputs, training=False):
         """inputs int [batch, src_len] -> (encoder_output [batch, src_len, hidden],
