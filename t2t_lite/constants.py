@@ -7,3 +7,7 @@ Id 0 is padding and never counts in a loss or metric; id 1 ends a sequence. Voca
 PAD_ID = 0
 EOS_ID = 1
 NEG_INF = -1e9  # T2T's large negative attention bias / score for excluded positions
+
+# What an evaluation reports (metrics.jsonl, TensorBoard eval/, the best checkpoint,
+# early stopping, t2t-plot): bleu only for problems with dev text and BLEU enabled.
+EVAL_METRICS = ("loss", "accuracy", "sequence_accuracy", "bleu")

@@ -22,6 +22,7 @@ import tensorflow as tf
 from absl import flags
 
 from t2t_lite.bin import common
+from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.fileio import write_atomically
 from t2t_lite.runs import curves
@@ -52,7 +53,7 @@ flags.DEFINE_list(
 flags.DEFINE_list(
     "metrics",
     ["loss", "accuracy", "bleu"],
-    f"Rows of the figure, from {', '.join(curves.EVAL_METRICS)}. A metric no run "
+    f"Rows of the figure, from {', '.join(EVAL_METRICS)}. A metric no run "
     "has (BLEU of an algorithmic problem) is left out.",
 )
 
@@ -77,11 +78,11 @@ def _check_flags():
             f"--labels has {len(labels)} label(s) but --output_dir has "
             f"{len(runs)} run(s); give one label per run."
         )
-    unknown = [m for m in FLAGS.metrics if m not in curves.EVAL_METRICS]
+    unknown = [m for m in FLAGS.metrics if m not in EVAL_METRICS]
     if unknown or not FLAGS.metrics:
         raise UserError(
             f"--metrics: unknown metric '{(unknown or [''])[0]}'; choose from "
-            f"{', '.join(curves.EVAL_METRICS)}."
+            f"{', '.join(EVAL_METRICS)}."
         )
     return runs, labels, list(dict.fromkeys(FLAGS.metrics)), _plot_format()
 

@@ -29,12 +29,12 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError
 from t2t_lite.fileio import write_atomically
 
 BEST_DIR = "best"
 BEST_FILE = "best.json"
-METRICS = ("loss", "accuracy", "sequence_accuracy", "bleu")
 
 
 def default_minimize(metric):
@@ -44,9 +44,9 @@ def default_minimize(metric):
 
 def check_metric(metric, bleu_available):
     """One-line UserError for a metric name evaluation does not report."""
-    if metric not in METRICS:
+    if metric not in EVAL_METRICS:
         raise UserError(
-            f"eval_early_stopping_metric must be one of {', '.join(METRICS)}, "
+            f"eval_early_stopping_metric must be one of {', '.join(EVAL_METRICS)}, "
             f"got {metric!r}."
         )
     if metric == "bleu" and not bleu_available:

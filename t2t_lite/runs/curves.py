@@ -25,10 +25,10 @@ import re
 import tensorflow as tf
 from tensorflow.core.util import event_pb2
 
+from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.runs.run_dir import METRICS_FILE, RUN_FILE
 
-EVAL_METRICS = ("loss", "accuracy", "sequence_accuracy", "bleu")
 TRAIN_DIR, EVAL_DIR = "train", "eval"
 # events.out.tfevents.<time>.<host>.<pid>.<counter>.v2: <host>.<pid> names the process.
 _WRITER = re.compile(r"events\.out\.tfevents\.\d+\.(.+)\.\d+\.v2$")

@@ -20,13 +20,12 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import BestCheckpoint
 from t2t_lite.training.progress import format_seconds
 from t2t_lite.training.run_info import grad_norm_text
-
-EVAL_SUMMARIES = ("loss", "accuracy", "sequence_accuracy", "bleu")
 
 
 class DivergenceError(UserError):
@@ -228,7 +227,7 @@ class RunLog:
         summaries=False (an evaluation that is not recorded in metrics.jsonl)."""
         if summaries:
             with self.writer("eval").as_default(step=record["global_step"]):
-                for key in EVAL_SUMMARIES:
+                for key in EVAL_METRICS:
                     if key in record:
                         tf.summary.scalar(key, record[key])
         logging.info(
