@@ -12,8 +12,33 @@ flags.DEFINE_string(
     "",
     "A directory holding your Python package (with __init__.py); importing it "
     "registers your hparams sets, problems, models, optimizers and schedule factors "
-    "(README: Extending).",
+    "(docs/extending.md).",
 )
+
+
+def define_flags(specs, module_name):
+    """absl flags from declared options (training/run_config.py's flag_specs()),
+    registered as `module_name`'s own: the CLI that uses them owns them, as if it
+    had defined each one itself."""
+    define = {
+        str: flags.DEFINE_string,
+        int: flags.DEFINE_integer,
+        float: flags.DEFINE_float,
+        bool: flags.DEFINE_boolean,
+    }
+    for spec in specs:
+        if spec.choices:
+            flags.DEFINE_enum(
+                spec.name,
+                spec.default,
+                list(spec.choices),
+                spec.help,
+                module_name=module_name,
+            )
+        else:
+            define[spec.kind](
+                spec.name, spec.default, spec.help, module_name=module_name
+            )
 
 
 def _error(program, message):

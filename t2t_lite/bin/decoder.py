@@ -8,6 +8,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from t2t_lite.bin import common
+from t2t_lite.bin.run_selection import define_run_selection_flags
 from t2t_lite.data import text_io
 from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
@@ -16,15 +17,7 @@ from t2t_lite.errors import UserError, first_line
 from t2t_lite.runs.run_dir import write_atomically
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "", "The run to decode with (its checkpoints).")
-flags.DEFINE_string(
-    "checkpoint_path", "", "A checkpoint prefix (RUN/model-N); default: the newest."
-)
-flags.DEFINE_string("problem", "", "Problem; default: the run's (run.json).")
-flags.DEFINE_string("model", "", "Model; default: the run's (run.json).")
-flags.DEFINE_string("hparams_set", "", "Default: the run's hparams.json.")
-flags.DEFINE_string("hparams", "", "Must agree with the run's hparams.json.")
-flags.DEFINE_string("data_dir", "", "The problem's data dir (its vocabulary).")
+define_run_selection_flags(__name__, "decode with")
 flags.DEFINE_string(
     "decode_hparams",
     "",

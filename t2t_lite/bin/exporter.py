@@ -17,6 +17,7 @@ import time
 from absl import flags, logging
 
 from t2t_lite.bin import common
+from t2t_lite.bin.run_selection import define_run_selection_flags
 from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.decoding.export import (
     ALPHA_SIGNATURE,
@@ -32,15 +33,7 @@ from t2t_lite.decoding.loading import load_for_decoding
 from t2t_lite.errors import UserError
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "", "The run to export (its checkpoints).")
-flags.DEFINE_string(
-    "checkpoint_path", "", "A checkpoint prefix (RUN/model-N); default: the newest."
-)
-flags.DEFINE_string("problem", "", "Problem; default: the run's (run.json).")
-flags.DEFINE_string("model", "", "Model; default: the run's (run.json).")
-flags.DEFINE_string("hparams_set", "", "Default: the run's hparams.json.")
-flags.DEFINE_string("hparams", "", "Must agree with the run's hparams.json.")
-flags.DEFINE_string("data_dir", "", "The problem's data dir (its vocabulary).")
+define_run_selection_flags(__name__, "export")
 flags.DEFINE_string(
     "decode_hparams",
     "",

@@ -1,0 +1,341 @@
+"""Opening a training run: everything a run is built from, apart from running it.
+
+`OpenRun(config, hp, strategy)` looks up the names, loads the problem, guards the run
+directory, seeds, builds model/schedule/optimizer/train step (training/build.py),
+evaluators, the checkpoint keeper and the logs, and offers what the loop and the
+tests do with them: restore, save, evaluate, datasets. training/trainer.py adds the
+loop; nothing here iterates over steps.
+
+Distribution (a MirroredStrategy or MultiWorkerMirroredStrategy, see
+training/distribution.py): every replica reads its own shard through a checkpointed
+iterator (training/inputs.py); every worker takes part in each checkpoint save
+(reading replica-local accumulators is a collective); the chief writes the run's
+files (hparams.json, run.json, metrics.jsonl, TensorBoard, checkpoints) and
+evaluates while the others wait at the next all-reduce. Other workers keep their own
+checkpoints (their input iterators) under OUTPUT_DIR/workers/worker-I, so a
+multi-host run also resumes exactly.
+"""
+
+import os
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.data.pipeline import batches_from_hparams
+from t2t_lite.optim.schedule import accumulate_steps
+from t2t_lite.registry import MODELS, PROBLEMS
+from t2t_lite.runs import run_dir
+from t2t_lite.runs.best import check_metric
+from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
+from t2t_lite.runs.warm_start import warm_start
+from t2t_lite.training.build import build_run
+from t2t_lite.training.distribution import is_chief, num_workers, worker_index
+from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
+from t2t_lite.training.inputs import ReplicaInputs
+from t2t_lite.training.run_info import check_train_steps_change
+from t2t_lite.training.run_state import RunLog, RunState
+from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
+
+
+class OpenRun:
+    """The parts of one run (model, optimizer, train step, evaluators, checkpoints,
+    logs) and what is done with them between steps.
+
+    hooks: objects with any of on_input(seconds), on_step(step, seconds),
+    on_save(seconds), on_evaluate(seconds) (profiling, see scripts/) and the loop's
+    events (training/hooks.py); `notify` calls them.
+    """
+
+    def __init__(self, config, hp, strategy=None, hooks=()):
+        """config: a RunConfig (checked when built); hp: validated hparams
+        (bin/trainer.py's build_hparams parses and checks them)."""
+        self.config, self.hp, self.hooks = config, hp, list(hooks)
+        self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
+        self.input_pipeline_changed = False  # set by restore(): data order restarts
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.replicas = self.strategy.num_replicas_in_sync
+        self.chief = is_chief(self.strategy)
+        self.workers = num_workers(self.strategy)
+        self.problem = self._load_problem()
+        self.n = accumulate_steps(hp, self.replicas)
+        # Best checkpoint, early stopping, elapsed time (training/run_state.py):
+        self.run_state = RunState(
+            config.output_dir,
+            config.eval_early_stopping_metric,
+            config.eval_early_stopping_metric_minimize,
+            config.eval_early_stopping_steps,
+            save=self.save,
+            workers=self.workers,
+        )
+        if self.chief:
+            self._guard_run_dir()
+        if config.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(config.random_seed)
+        self.run = build_run(
+            hp,
+            vocab_size=self.problem.vocab_size,
+            train_steps=config.train_steps,
+            model=config.model,
+            strategy=self.strategy,
+            jit_compile=config.xla,
+        )
+        self.model, self.optimizer = self.run.model, self.run.optimizer
+        self.schedule, self.step = self.run.schedule, self.run.step
+        self.evaluator = Evaluator(self.model, hp.label_smoothing)
+        self.bleu_evaluator = self._bleu_evaluator()
+        self.checkpoint = self.run.checkpoint()
+        self.checkpoints = CheckpointKeeper(
+            self.checkpoint,
+            self._checkpoint_dir(),
+            config.keep_checkpoint_max,
+            self.model.trainable_variables,
+            keep_every_n_hours=config.keep_checkpoint_every_n_hours,
+            optional=OPTIONAL_CHECKPOINT_ITEMS,
+        )
+        # TensorBoard, log lines, skipped updates (training/run_state.py):
+        self.run_log = RunLog(
+            config.output_dir, self.chief, self.run, hp, self.checkpoints
+        )
+
+    # --- opening ------------------------------------------------------------------
+
+    def _load_problem(self):
+        """The problem with its data, and every name checked before anything is
+        written: a test split if asked for, the model, the early-stopping metric."""
+        config = self.config
+        problem = PROBLEMS.get(config.problem)()
+        problem.load(config.data_dir or None)
+        self.eval_split = "test" if config.eval_use_test_set else "dev"
+        if config.eval_use_test_set:
+            problem.require_split("test")
+        MODELS.get(config.model)
+        check_metric(
+            config.eval_early_stopping_metric,
+            bool(config.eval_bleu_sentences and problem.reports_bleu),
+        )
+        return problem
+
+    def _guard_run_dir(self):
+        """hparams.json, run.json and train_steps of an existing run must agree
+        (runs/run_dir.py): a resume never mixes two different runs."""
+        config = self.config
+        run_dir.prepare_output_dir(config.output_dir, self.hp)
+        run_dir.check_run_identity(
+            config.output_dir,
+            {
+                "problem": config.problem,
+                "model": config.model,
+                "vocab_fingerprint": self.problem.vocab_fingerprint(),
+                "accumulate_steps": self.n,
+            },
+            hints={"accumulate_steps": self._accumulation_hint()},
+        )
+        check_train_steps_change(
+            config.output_dir,
+            run_dir.record_train_steps(config.output_dir, config.train_steps),
+            config.train_steps,
+            self.hp,
+        )
+
+    def _accumulation_hint(self):
+        """Why n changed on resume: only effective_batch_size makes it depend on
+        the replica count (n itself is an hparam, guarded with the others)."""
+        if self.hp.effective_batch_size <= 0:
+            return None
+        return (
+            f" (effective_batch_size {self.hp.effective_batch_size} on "
+            f"{self.replicas} replica(s) of batch_size {self.hp.batch_size}); resume "
+            "on the replica count it was trained on, or use a new output_dir."
+        )
+
+    def _bleu_evaluator(self):
+        """BLEU at evaluation, on the chief, for problems with dev text."""
+        config = self.config
+        if not (config.eval_bleu_sentences and self.problem.reports_bleu and self.chief):
+            return None
+        return BleuEvaluator(
+            self.model,
+            self.problem,
+            config.decode_hparams(),
+            config.eval_bleu_sentences,
+            max_input_length=self.hp.max_length or self.hp.batch_size,
+            split=self.eval_split,
+        )
+
+    def _checkpoint_dir(self):
+        if self.chief:
+            return self.config.output_dir
+        path = os.path.join(
+            self.config.output_dir, "workers", f"worker-{worker_index(self.strategy)}"
+        )
+        tf.io.gfile.makedirs(path)
+        return path
+
+    @property
+    def best(self):
+        """The run's BestCheckpoint (runs/best.py); bin/trainer.py reports it."""
+        return self.run_state.best
+
+    @property
+    def early_stopped(self):
+        """Why early stopping ended train(), or None."""
+        return self.run_state.early_stopped
+
+    def notify(self, event, *args):
+        """Calls `event` on every hook that has it, in order."""
+        for hook in self.hooks:
+            method = getattr(hook, event, None)
+            if method:
+                method(*args)
+
+    # --- checkpoints --------------------------------------------------------------
+
+    def restore(self):
+        """Restores the newest readable checkpoint, if any; returns the global step.
+        Without one, a warm start (config.warm_start_from) loads model weights."""
+        try:
+            path = self.checkpoints.restore_newest_readable()
+        except InputPipelineChanged as e:
+            # The iterators' saved state fits another tf.data graph (t2t_lite's
+            # pipeline changed between versions): restore all but them, once.
+            logging.warning(
+                "The input pipeline differs from the one that wrote %s: resuming "
+                "weights, optimizer and counters; the training data order restarts.",
+                e.path,
+            )
+            self.checkpoints.allow_partial()
+            path = self.checkpoints.restore_newest_readable(root=self.run.checkpoint())
+            self.input_pipeline_changed = True
+        if path is None and self.config.warm_start_from:
+            warm_start(
+                self.model,
+                self.config.warm_start_from,
+                self.problem.vocab_fingerprint(),
+            )
+        self.run.replicas_variable.assign(self.replicas)  # this run's, not the old one
+        if path:
+            logging.info(
+                "Resumed from %s (global step %d, update %d).",
+                path,
+                self.step.micro_step,
+                self.step.update_step,
+            )
+        return self.step.micro_step
+
+    def resume(self):
+        """Input iterators in the checkpoint, then the restore: (inputs, start step).
+
+        The iterators are checkpointed with the model (shuffle buffer and bucket
+        contents included), so a resumed run sees exactly the batches an
+        uninterrupted run would have seen next."""
+        inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
+        self._attach_iterators(inputs)
+        start = self.restore()
+        if self.input_pipeline_changed:  # the failed iterator restore may have left
+            inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
+            self._attach_iterators(inputs)  # them half-restored: start them afresh
+        self.run_state.recover(start)
+        return inputs, start
+
+    def _attach_iterators(self, inputs):
+        """Puts the input iterators into the checkpoint, unless the newest
+        checkpoint was written with another number of replicas: then its data
+        positions mean nothing here, the rest resumes and the data order restarts."""
+        previous = self.checkpoints.checkpointed_value("train_replicas", default=1)
+        if previous is None or previous == self.replicas:
+            for name, iterator in inputs.checkpoint_items().items():
+                setattr(self.checkpoint, name, iterator)
+            return
+        per_replica = self.hp.batch_size * self.n
+        logging.warning(
+            "Resuming a run trained on %d replica(s) on %d: tokens per update change "
+            "from %d to %d (batch_size %d × %d accumulation steps × replicas); the "
+            "training data order restarts.",
+            previous,
+            self.replicas,
+            per_replica * previous,
+            per_replica * self.replicas,
+            self.hp.batch_size,
+            self.n,
+        )
+        self.checkpoints.allow_partial()
+
+    def save(self):
+        """Writes a checkpoint at the current step; returns its path (None if the
+        weights were not finite and nothing was written). Every worker must call it
+        at the same step."""
+        started = time.perf_counter()
+        path = self.checkpoints.save(self.step.micro_step)
+        if path and self.chief:
+            logging.info("Saved checkpoint %s.", path)
+        self.notify("on_save", time.perf_counter() - started)
+        return path
+
+    # --- data ---------------------------------------------------------------------
+
+    def dataset(self, split, training, seed=None, replica=0, num_replicas=1):
+        """Token-batched `split`; for training, shard `replica` of `num_replicas`
+        (padded to bucket lengths under XLA: one compiled shape per bucket)."""
+        return batches_from_hparams(
+            self.problem,
+            self.hp,
+            split,
+            data_dir=self.config.data_dir or None,
+            training=training,
+            seed=seed,
+            replica=replica,
+            num_replicas=num_replicas,
+            pad_to_bucket=training and self.config.xla,
+        )
+
+    def _replica_train_dataset(self, replica, num_replicas):
+        """Replica `replica`'s training batches: its own shard, its own shuffle seed
+        (replica 0's is the single-device run's, which it then equals)."""
+        return self.dataset(
+            "train",
+            training=True,
+            seed=self.config.random_seed + replica,
+            replica=replica,
+            num_replicas=num_replicas,
+        )
+
+    # --- evaluation ---------------------------------------------------------------
+
+    def evaluate(self, write=True, stop=None):
+        """Evaluates on the dev split, or on the test split with eval_use_test_set
+        (its records say "eval_split": "test") (the chief only; other workers return
+        the counters alone); appends to metrics.jsonl and TensorBoard unless
+        write=False. Returns None if a stop request interrupted it."""
+        record = {
+            "global_step": self.step.micro_step,
+            "update_step": self.step.update_step,
+        }
+        if not self.chief:
+            return record
+        started = time.perf_counter()
+        stopped = lambda: bool(stop and stop.requested)  # noqa: E731
+        metrics = self.evaluator.evaluate(
+            self.dataset(self.eval_split, training=False),
+            self.config.eval_steps,
+            should_stop=stopped,
+            split=self.eval_split,
+        )
+        if metrics is None:
+            return None
+        if self.eval_split != "dev":
+            metrics["eval_split"] = self.eval_split
+        if self.bleu_evaluator:
+            bleu = self.bleu_evaluator.evaluate(stopped)
+            if bleu is None:
+                return None
+            metrics.update(bleu)
+        record.update(metrics)
+        if write:
+            record.update(self.run_state.track_best(record))
+            run_dir.append_metrics(self.config.output_dir, record)
+        self.run_log.evaluation(record, summaries=write)
+        self.notify("on_evaluate", time.perf_counter() - started)
+        return record
