@@ -9,7 +9,7 @@ Measures, side by side in one process and on the same data, the training through
   keras_n8         Keras 3's built-in accumulation for comparison: the same Transformer
                    and token loss, keras.optimizers.Adam(gradient_accumulation_steps=n)
                    and a plain tf.function GradientTape step on the per-micro-batch
-                   mean loss (how Keras users do it; not token-exact, see DESIGN.md §2).
+                   mean loss (how Keras users do it; not token-exact, see docs/design.md §2).
   keras_n1         (extra, not in the default set) the same plain Keras step without
                    accumulation: separates "TrainStep vs a plain step" from "cost of
                    accumulating".

@@ -38,7 +38,7 @@ What differs, besides the frameworks (by design: each does what its users get):
   - Keras: learned position embeddings (keras-hub), no sqrt(hidden) embedding scale,
     biases in attention projections, Keras's loss reduction (a mean over all positions
     of each micro-batch, padding weighted 0; updates average the n micro-batch means,
-    not token-exact, DESIGN.md §2), label smoothing over all ids, decoder input starts
+    not token-exact, docs/design.md §2), label smoothing over all ids, decoder input starts
     with id 1. jit_compile="auto" (Keras's default) means no XLA on a CPU-only machine.
   - OpenNMT-tf: its own input pipeline (reads and tokenizes text in tf.data threads,
     running beside the training step), its own buckets; vocabulary + <blank>, <s>,

@@ -1,7 +1,7 @@
 """The train step alone on a translation-sized model: tokens/s, side by side.
 
-Configuration (issue 10's translation setup): transformer_base with 3+3 layers of
-256, filter 1024, 4 heads, dropout 0.1, label smoothing 0.1, a shared vocabulary of
+Configuration (the translation setup of docs/benchmarks.md): transformer_base with
+3+3 layers of 256, filter 1024, 4 heads, dropout 0.1, label smoothing 0.1, a shared vocabulary of
 8000, micro-batches of 2048 tokens × 4 accumulation steps. The batches are made once
 by t2t_lite's own token bucketing from a synthetic corpus whose sentence lengths
 follow a lognormal distribution (median ~20 tokens, long tail up to max_length 100)

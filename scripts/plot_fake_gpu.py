@@ -6,7 +6,7 @@ a real run) on the built-in algorithmic_reverse problem, all for the same number
 UPDATES (--updates):
 
   fake_gpu     micro-batches of b tokens, optimizer_multistep_accumulate_steps=8:
-               train_steps = 8 × updates micro-steps (DESIGN §2: train_steps and
+               train_steps = 8 × updates micro-steps (docs/design.md §2: train_steps and
                local_eval_frequency count micro-steps)
   big_batch    batches of 8b tokens, n=1: train_steps = updates
   small_batch  batches of b tokens, n=1: train_steps = updates
@@ -25,7 +25,7 @@ jobs shared them; the fake-GPU run takes about half of it):
 
 It writes the runs under --work_dir (runs there from an earlier call are deleted
 first) and the figure to --plot_file (default scripts/figures/fake_gpu.png, the one
-README shows).
+docs/curves.md shows).
 """
 
 import argparse

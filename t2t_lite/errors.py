@@ -1,7 +1,7 @@
 """The base of every user-facing error, and the one helper that quotes others.
 
 The CLIs catch UserError and print its message as one line, without a traceback
-(DESIGN.md §6); anything else is a bug in t2t_lite and keeps its traceback.
+(docs/design.md §6); anything else is a bug in t2t_lite and keeps its traceback.
 """
 
 

@@ -1,4 +1,4 @@
-"""Named hparams sets, with T2T's values (DESIGN.md §3).
+"""Named hparams sets, with T2T's values (docs/design.md §3).
 
 `transformer_base` declares every hyperparameter once, each with a one-line comment;
 every other set starts from a registered set and only overrides values.

@@ -5,9 +5,9 @@ sequences. Examples are grouped into length buckets so that a batch of short
 sequences holds many of them and a batch of long ones few, keeping
 `num_sequences * padded_length <= batch_size` with little padding. This is what
 makes the tokens per micro-batch roughly constant, and why loss normalization must
-count tokens (DESIGN §2).
+count tokens (docs/design.md §2).
 
-Bucket layout (values from T2T, DESIGN §3): boundaries start at `min_length_bucket`
+Bucket layout (values from T2T, docs/design.md §3): boundaries start at `min_length_bucket`
 (8) and grow by `length_bucket_step` (1.1) up to `max_length`; a bucket with exclusive
 upper bound `u` batches `batch_size // u` sequences. Examples longer than `max_length`
 are dropped. One exception to the token budget: if `max_length > batch_size`, a

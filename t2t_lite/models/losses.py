@@ -3,7 +3,7 @@
 Model-agnostic (any model giving logits [batch, length, vocab] for targets
 [batch, length]), so the train step and evaluation never import a model's file.
 Losses are returned as (sum, token count), not means: the train step normalizes
-once per update over all micro-batches and replicas (DESIGN.md §2).
+once per update over all micro-batches and replicas (docs/design.md §2).
 """
 
 import tensorflow as tf

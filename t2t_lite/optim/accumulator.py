@@ -3,7 +3,7 @@
 For every trainable variable the accumulator keeps the running SUM of gradients of the
 summed (not averaged) token loss, and next to it the running sums of token losses and
 non-pad target tokens. At the update, gradient / tokens is exactly the big-batch
-gradient (DESIGN.md §2): a mean of micro-batch means would weight a short micro-batch's
+gradient (docs/design.md §2): a mean of micro-batch means would weight a short micro-batch's
 tokens more than a long one's.
 
 The variables are ON_READ (replica-local under tf.distribute, plain variables

@@ -5,7 +5,7 @@ weight decay and clipping are done by t2t_lite once per update on the accumulate
 gradient (see training/train_step.py), so none of Keras's `global_clipnorm`,
 `weight_decay` or `gradient_accumulation_steps` options is ever turned on: Keras's
 built-in accumulation evaluates schedules on micro-steps and averages micro-batch
-means, which is not what DESIGN.md §2 asks for.
+means, which is not what docs/design.md §2 asks for.
 
 `multistep_adam` is Adam: the "multistep" part is the accumulation the train step
 applies whenever optimizer_multistep_accumulate_steps > 1, for any optimizer.

@@ -96,7 +96,7 @@ FACTORS = {
 def register_factor(factor):
     """Decorator adding a user's factor `f(step, config) -> float32 tensor` under its
     function name (step: the 0-based update, a float32 tensor; config: a
-    ScheduleConfig), for learning_rate_schedule strings (see README: Extending)."""
+    ScheduleConfig), for learning_rate_schedule strings (see docs/extending.md)."""
     name = factor.__name__
     if name in FACTORS:
         raise ScheduleError(f"learning-rate factor '{name}' is registered twice.")

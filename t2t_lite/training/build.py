@@ -55,7 +55,7 @@ def build_run(
     """Builds the model, schedule, optimizer and TrainStep of `hp` under `strategy`.
 
     model: a registered model name (or a model class). train_steps: micro-steps, as
-    in T2T; the schedule sees train_steps / n (DESIGN.md §2). initial_weights: a
+    in T2T; the schedule sees train_steps / n (docs/design.md §2). initial_weights: a
     `model.get_weights()` list to start from (equivalence tests start two runs from
     the same weights). jit_compile: XLA-compile each replica's forward and backward
     (TrainStep; feed it bucket-padded batches, see data.pipeline's pad_to_bucket).

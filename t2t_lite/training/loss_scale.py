@@ -1,4 +1,4 @@
-"""Dynamic loss scaling for float16, owned by the train step (DESIGN.md §2.3).
+"""Dynamic loss scaling for float16, owned by the train step (docs/design.md §2.3).
 
 Why not Keras's LossScaleOptimizer: the train step skips a non-finite update before
 the optimizer sees it, so the wrapper's scale would never drop; and the wrapper would

@@ -1,4 +1,4 @@
-"""The compiled training step with exact gradient accumulation (DESIGN.md §2).
+"""The compiled training step with exact gradient accumulation (docs/design.md §2).
 
 Two compiled functions share one replica-level body:
 
