@@ -12,7 +12,7 @@ Every point has three x coordinates: micro-steps (global_step), updates (update_
 and seconds of training since the run began. A training point's update is
 global_step // n (n = run.json's accumulate_steps). Seconds come from a record's
 elapsed_seconds when it has one; otherwise from TensorBoard's event wall times, on a
-clock that skips the time between a run's sessions (a resume) so that a resumed run
+clock that skips the time between a run's segments (a resume) so that a resumed run
 is not charged for the hours it was stopped. Runs written before metrics.jsonl held
 times still plot against time that way.
 """
@@ -62,7 +62,7 @@ class RunCurves:
 
 
 @dataclasses.dataclass
-class _Session:
+class _Segment:
     """The [start, end] wall-time span of one process's events, and the run's
     elapsed seconds at its start."""
 
@@ -155,14 +155,14 @@ def _process(path):
     return match.group(1) if match else name
 
 
-def _sessions(events_by_file, records):
-    """The run's sessions (one per process that wrote events) on one clock.
+def _segments(events_by_file, records):
+    """The run's segments (one per process that wrote events) on one clock.
 
     events_by_file: {path: events}. A process's train/ and eval/ files form one
-    session, spanning its first to its last event; overlapping spans merge. A
-    session's elapsed seconds at its start are taken from a metrics record written
+    segment, spanning its first to its last event; overlapping spans merge. A
+    segment's elapsed seconds at its start are taken from a metrics record written
     during it (wall_time and elapsed_seconds), else they continue from the end of
-    the previous session: the time between sessions (a stopped run) is not counted.
+    the previous segment: the time between segments (a stopped run) is not counted.
     """
     by_process = {}
     for path, events in events_by_file.items():
@@ -170,12 +170,12 @@ def _sessions(events_by_file, records):
         if times:
             low, high = by_process.get(_process(path), (min(times), max(times)))
             by_process[_process(path)] = (min(low, *times), max(high, *times))
-    sessions = []
+    segments = []
     for start, end in sorted(by_process.values()):
-        if sessions and start <= sessions[-1].end:
-            sessions[-1].end = max(sessions[-1].end, end)
+        if segments and start <= segments[-1].end:
+            segments[-1].end = max(segments[-1].end, end)
         else:
-            sessions.append(_Session(start, end))
+            segments.append(_Segment(start, end))
     timed = [
         r
         for r in records
@@ -183,33 +183,33 @@ def _sessions(events_by_file, records):
         and isinstance(r.get("elapsed_seconds"), (int, float))
     ]
     elapsed = 0.0
-    for session in sessions:
+    for segment in segments:
         inside = [
             r
             for r in timed
-            if session.start - 1.0 <= r["wall_time"] <= session.end + 1.0
+            if segment.start - 1.0 <= r["wall_time"] <= segment.end + 1.0
         ]
         if inside:
             r = inside[0]
-            elapsed = r["elapsed_seconds"] - (r["wall_time"] - session.start)
-        session.elapsed_at_start = max(0.0, elapsed)
-        elapsed = session.elapsed_at_start + (session.end - session.start)
-    return sessions
+            elapsed = r["elapsed_seconds"] - (r["wall_time"] - segment.start)
+        segment.elapsed_at_start = max(0.0, elapsed)
+        elapsed = segment.elapsed_at_start + (segment.end - segment.start)
+    return segments
 
 
-def _clock(sessions):
+def _clock(segments):
     """wall_time -> elapsed seconds of training (None if the run has no events).
-    A time between two sessions counts as the end of the earlier one; a time before
-    the first session as its start."""
+    A time between two segments counts as the end of the earlier one; a time before
+    the first segment as its start."""
 
     def elapsed(wall_time):
-        if not sessions:
+        if not segments:
             return None
-        current = sessions[0]
-        for session in sessions:
-            if wall_time < session.start:
+        current = segments[0]
+        for segment in segments:
+            if wall_time < segment.start:
                 break
-            current = session
+            current = segment
         wall_time = min(max(wall_time, current.start), current.end)
         return current.elapsed_at_start + wall_time - current.start
 
@@ -289,7 +289,7 @@ def read_run(run_dir):
         path: read_events(path)
         for path in _event_files(os.path.join(run_dir, EVAL_DIR))
     }
-    clock = _clock(_sessions({**train, **evals}, records))
+    clock = _clock(_segments({**train, **evals}, records))
     n = _accumulate_steps(run_dir, records)
     train_events = [e for events in train.values() for e in events]
     eval_events = [e for events in evals.values() for e in events]
