@@ -7,11 +7,23 @@ setup(
     version="0.1.0",
     description="T2T-style seq2seq Transformer training with exact MultistepAdam "
     "gradient accumulation on TensorFlow 2 / Keras 3.",
-    python_requires=">=3.11,<3.12",
+    # TensorFlow 2.21 and tensorflow-text 2.21 ship wheels for CPython 3.10-3.13 only
+    # (every other pin below has releases for all four)
+    python_requires=">=3.10,<3.14",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+    ],
     packages=find_packages(include=["t2t_lite", "t2t_lite.*"]),
     install_requires=[
         "tensorflow==2.21.*",
-        "keras==3.15.*",
+        # Keras 3.13 and later need Python 3.11; on 3.10 the newest is 3.12, which is
+        # also the oldest that TensorFlow 2.21 accepts
+        'keras==3.15.*; python_version >= "3.11"',
+        'keras==3.12.*; python_version < "3.11"',
         "tensorboard==2.21.*",  # tf.summary needs it; TF 2.21 no longer pulls it in
         "absl-py==2.*",
         "numpy>=1.26,<3",
@@ -28,8 +40,10 @@ setup(
             # and subprocess start-up, so -n 2 on 2 cores runs it in 0.67x the time
             "pytest-xdist==3.8.*",
             # scripts/bench_peers.py's Keras peer (tests/test_bench_peers.py runs it);
-            # tensorflow-text is what keras-hub pulls in, pinned to our TF:
-            "keras-hub==0.32.0",
+            # keras-hub 0.26 and later need Python 3.11: 0.25.1 is the newest on 3.10
+            'keras-hub==0.32.0; python_version >= "3.11"',
+            'keras-hub==0.25.1; python_version < "3.11"',
+            # tensorflow-text is what keras-hub pulls in, pinned to our TF
             "tensorflow-text==2.21.*",
         ],
     },
