@@ -76,13 +76,21 @@ def run(step, batches, start=0):
     return step
 
 
-def tolerance_ratio(model_a, model_b, rtol=1e-5, atol=1e-7):
-    """max |a-b| / (rtol·|b| + atol) over all weights; < 1 means "equal".
+def tolerance_ratio(a, b, rtol=1e-5, atol=1e-7):
+    """max |a-b| / (rtol·|b| + atol) over all weights; < 1 means "equal". `a` and
+    `b` are models or lists of weight arrays (model.get_weights()).
 
-    rtol is the issue's 1e-5; atol is about one float32 ulp at magnitude 1, so weights
-    that sit near zero are not judged by a relative error of pure rounding noise.
+    rtol is 1e-5, the equivalence tolerance; atol is about one float32 ulp at
+    magnitude 1, so weights that sit near zero are not judged by a relative error of
+    pure rounding noise.
     """
     worst = 0.0
-    for a, b in zip(model_a.get_weights(), model_b.get_weights()):
-        worst = max(worst, float(np.max(np.abs(a - b) / (rtol * np.abs(b) + atol))))
+    for x, y in zip(_weights(a), _weights(b), strict=True):
+        worst = max(worst, float(np.max(np.abs(x - y) / (rtol * np.abs(y) + atol))))
     return worst
+
+
+def _weights(model_or_weights):
+    if hasattr(model_or_weights, "get_weights"):
+        return model_or_weights.get_weights()
+    return list(model_or_weights)

@@ -1,4 +1,5 @@
-"""Fixtures shared by test files: a small translation model trained once per session.
+"""Fixtures shared by test files: a small translation model trained once per session
+(once for all pytest-xdist workers).
 
 Also the `slow` marker: `pytest -m "not slow" tests` is the fast inner loop (under two
 minutes); CI runs everything. A test is slow when it trains for more than a few steps,
@@ -6,7 +7,10 @@ starts a subprocess (TensorFlow start-up, ~3 s), or uses `numbers_run` (marked h
 automatically, so a new user of the fixture cannot forget).
 """
 
+import contextlib
 import dataclasses
+import fcntl
+import json
 import os
 import sys
 
@@ -28,6 +32,55 @@ def pytest_configure(config):
     )
 
 
+# pytest-xdist's --dist loadfile runs each file on one worker and hands out files in
+# order of their number of tests, so that a file of a few long tests (a subprocess
+# fixture, a benchmark smoke run) would start last and keep one worker busy while the
+# other idles. These files start first instead, longest first (measured on 2 cores);
+# every other file follows in xdist's order. A file missing here is only scheduled
+# later, never skipped.
+LONGEST_FIRST = (
+    "test_xla.py",
+    "test_mixed_precision.py",
+    "test_distributed.py",
+    "test_distributed_trainer.py",
+    "test_bench_peers.py",
+    "test_accumulation.py",
+    "test_decoder_cli.py",
+    "test_decoding.py",
+    "test_trainer.py",
+    "test_warm_start_and_versions.py",
+    "test_reliability.py",
+    "test_crash_resume.py",
+    "test_exporter.py",
+    "test_console.py",
+    "test_cli_trainer.py",
+    "test_memory.py",
+    "test_early_stopping.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: xdist may be absent
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    def rank(scope):
+        name = os.path.basename(scope)
+        return (
+            LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        )
+
+    class LongestFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            # min() keeps xdist's order among files of equal rank.
+            first = min(self.workqueue, key=rank)
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -42,11 +95,47 @@ class NumbersRun:
     record: dict  # the final evaluation
 
 
+@contextlib.contextmanager
+def _exclusive(lock_path):
+    """Holds an exclusive lock on `lock_path` (created if need be)."""
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def shared_across_workers(tmp_path_factory, config, name, make):
+    """`make(directory)`'s JSON-able result, computed once per test session.
+
+    Under pytest-xdist every worker runs its own session fixtures; this keys them on
+    the session's common temporary folder, so the first worker to ask computes the
+    result (the others wait for it under a file lock) and every worker gets the same
+    files, which tests must only read. Without xdist it is an ordinary session-scoped
+    computation."""
+    base = tmp_path_factory.getbasetemp()
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        base = base.parent  # shared by the workers of this session only
+    directory, done = base / name, base / f"{name}.json"
+    with _exclusive(str(base / f"{name}.lock")):
+        if not done.is_file():
+            directory.mkdir(exist_ok=True)
+            done.write_text(json.dumps(make(str(directory)), default=float))
+        return json.loads(done.read_text())
+
+
 @pytest.fixture(scope="session")
-def numbers_run(tmp_path_factory):
+def numbers_run(tmp_path_factory, pytestconfig):
     """translate_numbers_en_fr (3000 training pairs, 200 dev) and transformer_tiny
-    trained 300 steps with BLEU on 100 dev sentences at steps 150 and 300 (~20 s),
-    by the function scripts/bench_decoding.py also uses. It reaches BLEU ~98: enough
-    to tell a working decoder from a broken one."""
-    root = tmp_path_factory.mktemp("numbers")
-    return NumbersRun(*train_numbers_model(str(root)))
+    trained 300 steps with BLEU on 100 dev sentences at steps 150 and 300 (~20 s
+    alone, ~60 s on a busy machine), by the function scripts/bench_decoding.py also
+    uses. It reaches BLEU ~98: enough to tell a working decoder from a broken one.
+    Trained once for all pytest-xdist workers; tests only read it."""
+    made = shared_across_workers(
+        tmp_path_factory,
+        pytestconfig,
+        "numbers",
+        lambda root: list(train_numbers_model(root)),
+    )
+    return NumbersRun(*made)

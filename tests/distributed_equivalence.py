@@ -15,8 +15,10 @@ n/r mix-up cannot either. The reference never touches TrainStep, the accumulator
 the optimizer classes.
 
 Communication is counted by a CrossDeviceOps that counts the reductions traced into
-each compiled step (MirroredStrategy routes every all-reduce through it), with a
-control that adds one all-reduce per micro-step and must be seen.
+each compiled step (MirroredStrategy routes every all-reduce through it): the sgd
+case's two functions are traced under the counter before they train (and must be
+traced only that once), with a control that adds one all-reduce per micro-step and
+must be seen.
 
 Prints one JSON line.
 """
@@ -101,49 +103,68 @@ def _is_bias(variable):
     return len(variable.shape) == 1 and name in ("bias", "beta")
 
 
-def reference(start, micro, optimizer, clip=0.0, decay=0.0):
-    """(weights, momentum slots) after UPDATES updates, computed with numpy."""
-    model = build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model
-    model.set_weights(start)
-    variables = model.trainable_variables
-    weights = [v.numpy().astype(np.float64) for v in variables]
-    velocity = [np.zeros_like(w) for w in weights]
-    for u in range(UPDATES):
-        for v, w in zip(variables, weights):
-            v.assign(w.astype(np.float32))
-        total = [np.zeros_like(w) for w in weights]
-        tokens = 0.0
-        for batch in window(micro, u):
-            batch = {k: tf.constant(b) for k, b in batch.items()}
-            with tf.GradientTape() as tape:
-                loss_sum, count = token_loss(
-                    model(batch, training=True), batch["targets"], 0.1
+class Reference:
+    """The update rules above in numpy, on the gradients of a plain Keras model: its
+    forward pass and token_loss under a GradientTape (one tf.function, traced once
+    for every batch shape and reused by every case)."""
+
+    def __init__(self):
+        self.model = build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model
+        signature = {
+            key: tf.TensorSpec([None, None], tf.int32) for key in ("inputs", "targets")
+        }
+        self.gradients = tf.function(self._gradients, input_signature=[signature])
+
+    def _gradients(self, batch):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss_sum, count = token_loss(
+                self.model(batch, training=True), batch["targets"], 0.1
+            )
+        grads = tape.gradient(loss_sum, variables)
+        return [tf.convert_to_tensor(g) for g in grads], count
+
+    def __call__(self, start, micro, optimizer, clip=0.0, decay=0.0):
+        """(weights, momentum slots) after UPDATES updates."""
+        self.model.set_weights(start)
+        variables = self.model.trainable_variables
+        weights = [v.numpy().astype(np.float64) for v in variables]
+        velocity = [np.zeros_like(w) for w in weights]
+        for u in range(UPDATES):
+            for v, w in zip(variables, weights):
+                v.assign(w.astype(np.float32))
+            total = [np.zeros_like(w) for w in weights]
+            tokens = 0.0
+            for batch in window(micro, u):
+                grads, count = self.gradients(
+                    {k: tf.constant(b) for k, b in batch.items()}
                 )
-            for i, g in enumerate(tape.gradient(loss_sum, variables)):
-                total[i] += tf.convert_to_tensor(g).numpy()
-            tokens += float(count)
-        gradient = [t / tokens for t in total]
-        if decay:
-            gradient = [
-                g if _is_bias(v) else g + decay * w
-                for g, v, w in zip(gradient, variables, weights)
-            ]
-        norm = np.sqrt(sum(float(np.sum(g * g)) for g in gradient))
-        if clip and norm > clip:
-            gradient = [g * clip / norm for g in gradient]
-        rate = CONSTANT * min(max((UPDATES - u) / UPDATES, 0.0), 1.0)
-        if optimizer == "sgd":
-            weights = [w - rate * g for w, g in zip(weights, gradient)]
-        else:
-            velocity = [MOMENTUM * v - rate * g for v, g in zip(velocity, gradient)]
-            weights = [w + v for w, v in zip(weights, velocity)]
-    return weights, velocity
+                for i, g in enumerate(grads):
+                    total[i] += g.numpy()
+                tokens += float(count)
+            gradient = [t / tokens for t in total]
+            if decay:
+                gradient = [
+                    g if _is_bias(v) else g + decay * w
+                    for g, v, w in zip(gradient, variables, weights)
+                ]
+            norm = np.sqrt(sum(float(np.sum(g * g)) for g in gradient))
+            if clip and norm > clip:
+                gradient = [g * clip / norm for g in gradient]
+            rate = CONSTANT * min(max((UPDATES - u) / UPDATES, 0.0), 1.0)
+            if optimizer == "sgd":
+                weights = [w - rate * g for w, g in zip(weights, gradient)]
+            else:
+                velocity = [MOMENTUM * v - rate * g for v, g in zip(velocity, gradient)]
+                weights = [w + v for w, v in zip(weights, velocity)]
+        return weights, velocity
 
 
 # --- the distributed run ----------------------------------------------------------------
 
 
-def distributed(strategy, start, micro, optimizer, step_class=TrainStep, **overrides):
+def distributed(strategy, start, optimizer, step_class=TrainStep, **overrides):
+    """A run built by build_run under `strategy` from the weights `start`."""
     run = build_run(
         hparams(optimizer, **overrides),
         vocab_size=VOCAB,
@@ -159,6 +180,11 @@ def distributed(strategy, start, micro, optimizer, step_class=TrainStep, **overr
             label_smoothing=0.1,
             strategy=strategy,
         )
+    return run
+
+
+def train(strategy, run, micro):
+    """Feeds `micro` to the run's step, REPLICAS micro-batches per micro-step."""
     for micro_step in range(len(micro) // REPLICAS):
         pair = micro[micro_step * REPLICAS : (micro_step + 1) * REPLICAS]
         run.step(distribute(strategy, pair), micro_step)
@@ -216,6 +242,8 @@ def main():
     start = build_run(
         hparams("sgd"), vocab_size=VOCAB, train_steps=1
     ).model.get_weights()
+    reference = Reference()
+    batch = distribute(strategy, micro[:REPLICAS])
     report = {}
     cases = {
         "sgd": ("sgd", {}),
@@ -226,7 +254,15 @@ def main():
         ),
     }
     for name, (optimizer, knobs) in cases.items():
-        run = distributed(strategy, start, micro, optimizer, **knobs)
+        run = distributed(strategy, start, optimizer, **knobs)
+        if name == "sgd":  # its two functions, traced here by the counter, then run
+            report["accumulate_groups"], _ = traced_groups(
+                counter, run.step.accumulate, batch
+            )
+            report["update_groups"], report["update_tensors"] = traced_groups(
+                counter, run.step.accumulate_and_update, batch
+            )
+        train(strategy, run, micro)
         weights, velocity = reference(
             start,
             micro,
@@ -240,16 +276,12 @@ def main():
             report[f"{name}_slots_ratio"] = ratio(momentum_slots(run), velocity)
         report[f"{name}_updates"] = run.step.update_step
         report[f"{name}_micro_steps"] = run.step.micro_step
-    batch = distribute(strategy, micro[:REPLICAS])
-    fresh = distributed(strategy, start, [], "sgd")  # traced only, by the counter
-    report["accumulate_groups"], _ = traced_groups(
-        counter, fresh.step.accumulate, batch
-    )
-    report["update_groups"], report["update_tensors"] = traced_groups(
-        counter, fresh.step.accumulate_and_update, batch
-    )
+        report[f"{name}_tracing_counts"] = [
+            run.step.accumulate.experimental_get_tracing_count(),
+            run.step.accumulate_and_update.experimental_get_tracing_count(),
+        ]
     report["variables"] = len(run.model.trainable_variables)
-    chatty = distributed(strategy, start, [], "sgd", ChattyStep)  # traced only
+    chatty = distributed(strategy, start, "sgd", ChattyStep)  # traced only
     report["control_accumulate_groups"], _ = traced_groups(
         counter, chatty.step.accumulate, batch
     )

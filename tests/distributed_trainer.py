@@ -3,8 +3,9 @@
   resume      A run stopped mid-window (micro-step 4 of n=3 windows) and resumed
               equals an uninterrupted one: weights, optimizer slots, accumulators
               and both replicas' data positions survive the checkpoint.
-  replicas    A 1-replica checkpoint resumes on 2 replicas and a 2-replica one on 1,
-              each with a warning naming old and new tokens per update.
+  replicas    A 1-replica checkpoint resumes on 2 replicas and a 2-replica one (a
+              copy of resume's uninterrupted run) on 1, each with a warning naming
+              old and new tokens per update.
   dropout     With dropout on, the two replicas draw different masks.
   effective   effective_batch_size=192 with batch_size 64: n=3 on one replica; the
               same run refuses to resume on 2 replicas (n would become 2).
@@ -15,6 +16,7 @@ Prints one JSON line.
 import json
 import logging as std_logging
 import os
+import shutil
 import signal
 import sys
 
@@ -117,14 +119,17 @@ class WarningCatcher(std_logging.Handler):
 
 
 def check_replica_change(root, mirrored):
+    """A 1-replica run of 3 micro-steps resumed on 2 replicas to 6, and the
+    2-replica run check_resume trained uninterrupted (9 micro-steps), copied,
+    resumed on 1 replica to 12."""
     catcher = WarningCatcher()
     std_logging.getLogger("absl").addHandler(catcher)
     single = tf.distribute.get_strategy()
     trainer(f"{root}/one_to_two", 3, single).train()
     grown = trainer(f"{root}/one_to_two", 6, mirrored)
     grown.train()
-    trainer(f"{root}/two_to_one", 3, mirrored).train()
-    shrunk = trainer(f"{root}/two_to_one", 6, single)
+    shutil.copytree(f"{root}/whole", f"{root}/two_to_one")
+    shrunk = trainer(f"{root}/two_to_one", 12, single)
     shrunk.train()
     std_logging.getLogger("absl").removeHandler(catcher)
     changes = [m for m in catcher.messages if "replica(s) on" in m]

@@ -1,9 +1,11 @@
-"""The key tests: n accumulated micro-batches == one concatenated batch (DESIGN §2).
+"""The key tests: n accumulated micro-batches == one concatenated batch (docs/design.md §2).
 
 Micro-batches hold different numbers of target tokens, dropout is off, and the
 schedule includes linear_decay against train_steps, so the tests also pin down that
 the learning rate is evaluated in updates with train_steps / n.
 """
+
+import functools
 
 import keras
 import numpy as np
@@ -23,35 +25,42 @@ from t2t_lite.models.losses import token_loss
 UPDATES = 3
 
 
+@functools.cache
 def _start_weights():
-    """Fixed initial weights, so a failure reproduces exactly."""
+    """Fixed initial weights, so a failure reproduces exactly (built once; callers
+    only read them)."""
     keras.utils.set_random_seed(20261129)
-    return build(tiny_hparams(), UPDATES)[0].get_weights()
+    return tuple(build(tiny_hparams(), UPDATES)[0].get_weights())
 
 
-def _train_accumulated(n, start, **overrides):
+@functools.cache
+def _train_accumulated(n, **overrides):
+    """Weights after UPDATES updates of n micro-batches each, from _start_weights.
+    Cached: a configuration several tests compare against trains once."""
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides)
-    model, step = build(hp, train_steps=n * UPDATES, initial_weights=start)
+    model, step = build(hp, train_steps=n * UPDATES, initial_weights=_start_weights())
     run(step, uneven_micro_batches(n * UPDATES))
     assert step.update_step == UPDATES
     assert step.micro_step == n * UPDATES
-    return model
+    return tuple(model.get_weights())
 
 
-def _train_big_batch(n, start, **overrides):
-    """One update per concatenation of the same n micro-batches, n=1."""
+@functools.cache
+def _train_big_batch(n, **overrides):
+    """One update per concatenation of the same n micro-batches, n=1 (cached, as
+    _train_accumulated)."""
     micro = uneven_micro_batches(n * UPDATES)
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=1, **overrides)
-    model, step = build(hp, train_steps=UPDATES, initial_weights=start)
+    model, step = build(hp, train_steps=UPDATES, initial_weights=_start_weights())
     run(step, [concatenate(micro[u * n : (u + 1) * n]) for u in range(UPDATES)])
     assert step.update_step == UPDATES
-    return model
+    return tuple(model.get_weights())
 
 
-def _train_mean_of_means(n, start):
+def _train_mean_of_means(n, optimizer):
     """What T2T, Keras 3 and older HF do: average the micro-batches' mean losses."""
-    hp = tiny_hparams()
-    model, step = build(hp, train_steps=UPDATES, initial_weights=start)
+    hp = tiny_hparams(optimizer=optimizer)
+    model, step = build(hp, train_steps=UPDATES, initial_weights=_start_weights())
     micro = uneven_micro_batches(n * UPDATES)
     variables = model.trainable_variables
     for u in range(UPDATES):
@@ -70,7 +79,7 @@ def _train_mean_of_means(n, start):
 
 
 def _as_model(weights):
-    model, _ = build(tiny_hparams(), UPDATES, initial_weights=weights)
+    model, _ = build(tiny_hparams(), UPDATES, initial_weights=list(weights))
     return model
 
 
@@ -78,20 +87,18 @@ def _as_model(weights):
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.slow
 def test_accumulation_equals_big_batch(n, optimizer):
-    start = _start_weights()
-    accumulated = _train_accumulated(n, start, optimizer=optimizer)
-    big = _train_big_batch(n, start, optimizer=optimizer)
-    assert tolerance_ratio(accumulated, _as_model(start)) > 100  # it did train
+    accumulated = _train_accumulated(n, optimizer=optimizer)
+    big = _train_big_batch(n, optimizer=optimizer)
+    assert tolerance_ratio(accumulated, _start_weights()) > 100  # it did train
     assert tolerance_ratio(accumulated, big) < 1
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "multistep_adam", "adafactor"])
 @pytest.mark.slow
 def test_every_registered_optimizer_accumulates_exactly(optimizer):
-    start = _start_weights()
-    accumulated = _train_accumulated(2, start, optimizer=optimizer)
-    big = _train_big_batch(2, start, optimizer=optimizer)
-    assert tolerance_ratio(accumulated, _as_model(start)) > 100  # it did train
+    accumulated = _train_accumulated(2, optimizer=optimizer)
+    big = _train_big_batch(2, optimizer=optimizer)
+    assert tolerance_ratio(accumulated, _start_weights()) > 100  # it did train
     assert tolerance_ratio(accumulated, big) < 1
 
 
@@ -101,25 +108,23 @@ def test_every_registered_optimizer_accumulates_exactly(optimizer):
 @pytest.mark.slow
 def test_clipping_and_weight_decay_act_once_per_update(knob):
     """Momentum SGD (unlike Adam) feels the gradient's scale, so each knob shows."""
-    start = _start_weights()
-    accumulated = _train_accumulated(4, start, optimizer="momentum", **knob)
-    big = _train_big_batch(4, start, optimizer="momentum", **knob)
+    accumulated = _train_accumulated(4, optimizer="momentum", **knob)
+    big = _train_big_batch(4, optimizer="momentum", **knob)
     assert tolerance_ratio(accumulated, big) < 1
-    without = _train_big_batch(4, start, optimizer="momentum")
+    without = _train_big_batch(4, optimizer="momentum")
     assert tolerance_ratio(without, big) > 10  # the knob really changed the update
 
 
 @pytest.mark.slow
 def test_clipping_and_weight_decay_together_with_adam():
-    start = _start_weights()
     overrides = dict(optimizer="multistep_adam", clip_grad_norm=0.05, weight_decay=0.1)
-    accumulated = _train_accumulated(4, start, **overrides)
-    big = _train_big_batch(4, start, **overrides)
+    accumulated = _train_accumulated(4, **overrides)
+    big = _train_big_batch(4, **overrides)
     assert tolerance_ratio(accumulated, big) < 1
 
 
 def test_micro_steps_scatter_sparse_embedding_gradients():
-    """DESIGN §2.4: the unshared embeddings' IndexedSlices are scatter-added into the
+    """docs/design.md §2.4: the unshared embeddings' IndexedSlices are scatter-added into the
     accumulators on micro-steps, not turned into dense vocab×hidden tensors."""
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=2)
     _, step = build(hp, 2)
@@ -154,10 +159,9 @@ def test_clipping_threshold_is_below_the_gradient_norm():
 def test_mean_of_micro_batch_means_misses_the_tolerance():
     """The equivalence check can catch the normalization bug peers have."""
     n = 4
-    start = _start_weights()
-    big = _train_big_batch(n, start)
-    assert tolerance_ratio(_train_accumulated(n, start), big) < 1
-    assert tolerance_ratio(_train_mean_of_means(n, start), big) > 10
+    big = _train_big_batch(n, optimizer="adam")
+    assert tolerance_ratio(_train_accumulated(n, optimizer="adam"), big) < 1
+    assert tolerance_ratio(_train_mean_of_means(n, "adam"), big) > 10
 
 
 def test_micro_batches_really_hold_different_token_counts():

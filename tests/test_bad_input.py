@@ -1,4 +1,4 @@
-"""The bad-input table (DESIGN §6): every user mistake gives exit status 2, one
+"""The bad-input table (docs/design.md §6): every user mistake gives exit status 2, one
 line "t2t-trainer: error: ..." naming the input, no traceback, and leaves an existing
 run's checkpoints untouched."""
 

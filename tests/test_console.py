@@ -1,4 +1,4 @@
-"""A quiet, informative console (issue 11, item 6): TensorFlow's start-up and
+"""A quiet, informative console: TensorFlow's start-up and
 per-save lines hidden unless T2T_LITE_TF_LOGS=1; the gradient norm and clipped
 updates in the log line and TensorBoard; hparams on the HParams dashboard;
 flags.txt; an older checkpoint without the clipped-updates counter still resumes."""

@@ -67,8 +67,15 @@ def trained(numbers_run):
     return model, problem, hp, sources[:48], references[:48]
 
 
+_DECODERS = {}  # (id(model), overrides) -> (model, Decoder): one trace per setting
+
+
 def _decode(model, problem, lines, overrides):
-    decoder = Decoder(model, decode_hparams(overrides), max_input_length=32)
+    key = (id(model), overrides)
+    if key not in _DECODERS:  # the model is kept with it, so its id stays unique
+        decoder = Decoder(model, decode_hparams(overrides), max_input_length=32)
+        _DECODERS[key] = model, decoder
+    decoder = _DECODERS[key][1]
     return decoder.translate(lines, problem.encode_inputs, problem.decode)
 
 

@@ -24,9 +24,10 @@ def equivalence():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["sgd", "momentum", "momentum_clip_decay"])
 def test_replicas_times_accumulation_equal_the_hand_computed_update(equivalence, case):
-    """2 replicas × n=3 × 4 updates == w − lr(u)·g(u) computed by hand (DESIGN §2)."""
+    """2 replicas × n=3 × 4 updates == w − lr(u)·g(u) computed by hand (docs/design.md §2)."""
     assert equivalence[f"{case}_updates"] == 4
     assert equivalence[f"{case}_micro_steps"] == 12
+    assert equivalence[f"{case}_tracing_counts"] == [1, 1]  # one trace, all shapes
     assert equivalence[f"{case}_moved_ratio"] > 1000  # it did train
     assert equivalence[f"{case}_weights_ratio"] < 1  # within 1e-5 relative
     if case.startswith("momentum"):
@@ -35,7 +36,8 @@ def test_replicas_times_accumulation_equal_the_hand_computed_update(equivalence,
 
 @pytest.mark.slow
 def test_one_all_reduce_per_update_and_none_in_between(equivalence):
-    """Counted where every all-reduce goes through (the strategy's CrossDeviceOps)."""
+    """Counted where every all-reduce goes through (the strategy's CrossDeviceOps),
+    while the sgd case's functions are traced (once: the counted graphs trained)."""
     assert equivalence["accumulate_groups"] == 0
     assert equivalence["update_groups"] == 1
     # gradients of every variable + loss + tokens + the workers' stop votes

@@ -1,5 +1,5 @@
 """Early stopping, the best checkpoint (OUTPUT_DIR/best/) and
---keep_checkpoint_every_n_hours, through t2t-trainer in-process (issue 11, item 3).
+--keep_checkpoint_every_n_hours, through t2t-trainer in-process.
 
 The fixture's run keeps the best checkpoint by *maximal* loss (an explicit
 --noeval_early_stopping_metric_minimize, honoured though odd): the loss falls, so the

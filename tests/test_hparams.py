@@ -1,4 +1,4 @@
-"""Tests for t2t_lite.hparams and the registered hparams sets (DESIGN.md §3, §5, §6)."""
+"""Tests for t2t_lite.hparams and the registered hparams sets (docs/design.md §3, §5, §6)."""
 
 import pytest
 

@@ -111,7 +111,7 @@ def test_old_metrics_get_their_times_from_eval_events(tmp_path):
     assert result.dev["loss"].updates == [4, 8]
 
 
-def test_time_between_sessions_is_not_counted(tmp_path):
+def test_time_while_a_run_was_stopped_is_not_counted(tmp_path):
     """A run resumed an hour later: its clock continues where it stopped."""
     run = tmp_path / "resumed"
     _write_events(run / "train", "vm.100", [(10, 1000.0, 3.0), (20, 1010.0, 2.0)])

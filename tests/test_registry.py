@@ -1,5 +1,5 @@
 """Tests for t2t_lite.registry, the registered optimizers and the trainer's
-build_hparams (DESIGN.md §5: explicit registration, helpful unknown-name errors)."""
+build_hparams (docs/design.md §5: explicit registration, helpful unknown-name errors)."""
 
 import keras
 import pytest

@@ -137,9 +137,13 @@ def test_no_readable_checkpoint_is_a_clear_error(tmp_path, four_step_run):
         _trainer(tmp_path, 4).restore()
 
 
-def test_a_failed_checkpoint_write_is_one_line_and_keeps_the_others(tmp_path):
-    trainer = _trainer(tmp_path, 2)
-    trainer.train()
+def test_a_failed_checkpoint_write_is_one_line_and_keeps_the_others(
+    tmp_path, four_step_run
+):
+    tmp_path = _copy(four_step_run, tmp_path)
+    trainer = _trainer(tmp_path, 4)
+    trainer.train()  # resumes at step 4: already trained, it only evaluates
+    assert trainer.step.micro_step == 4
     before = sorted(os.listdir(tmp_path))
 
     def disk_full(*args, **kwargs):
@@ -150,4 +154,4 @@ def test_a_failed_checkpoint_write_is_one_line_and_keeps_the_others(tmp_path):
         trainer.save()
     assert "\n" not in str(info.value)
     assert sorted(os.listdir(tmp_path)) == before
-    assert _trainer(tmp_path, 4).restore() == 2  # the old checkpoint still loads
+    assert _trainer(tmp_path, 6).restore() == 4  # the old checkpoint still loads

@@ -1,5 +1,5 @@
 """Tests for t2t_lite.optim.schedule: each factor against hand-computed values, the
-schedule parser's errors, and the accumulation contract (DESIGN.md §2): the learning
+schedule parser's errors, and the accumulation contract (docs/design.md §2): the learning
 rate is evaluated in updates, and train_steps is divided by n before any factor."""
 
 import math
@@ -210,7 +210,7 @@ def test_schedule_config_round_trip():
 T = 4 * 100  # micro-steps
 
 
-def _issue_hp(n):
+def _decaying_hp(n):
     return _hp(
         learning_rate_schedule="constant*linear_warmup*linear_decay",
         learning_rate_warmup_steps=10,
@@ -220,8 +220,8 @@ def _issue_hp(n):
 
 
 def test_train_steps_is_divided_by_n():
-    accumulated = schedule_from_hparams(_issue_hp(4), T)
-    big_batch = schedule_from_hparams(_issue_hp(1), T // 4)
+    accumulated = schedule_from_hparams(_decaying_hp(4), T)
+    big_batch = schedule_from_hparams(_decaying_hp(1), T // 4)
     updates = range(T // 4 + 5)  # warmup (0..10), flat, decay (80..100), after.
     rates = [float(accumulated(u)) for u in updates]
     assert rates == [float(big_batch(u)) for u in updates]
@@ -232,8 +232,8 @@ def test_train_steps_is_divided_by_n():
 
 def test_undivided_train_steps_would_be_caught():
     """T2T's bug (step in updates, train_steps in micro-steps) gives other rates."""
-    accumulated = schedule_from_hparams(_issue_hp(4), T)
-    t2t_bug = schedule_from_hparams(_issue_hp(1), T)
+    accumulated = schedule_from_hparams(_decaying_hp(4), T)
+    t2t_bug = schedule_from_hparams(_decaying_hp(1), T)
     differing = [
         u for u in range(T // 4 + 1) if float(accumulated(u)) != float(t2t_bug(u))
     ]

@@ -1,4 +1,4 @@
-"""Issue 11 item 4, a test split: t2t-datagen --test_source/--test_target (and the
+"""A test split: t2t-datagen --test_source/--test_target (and the
 TFDS and numbers problems' own test splits), t2t-trainer --eval_use_test_set, and
 t2t-decoder --eval_use_test_set writing RUN/decode.test.txt with BLEU/chrF.
 

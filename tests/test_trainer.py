@@ -1,6 +1,7 @@
 """Trainer-level tests: exact mid-window resume, one trace per function, start-up line."""
 
 import json
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -37,30 +38,37 @@ def _trainer_with(output_dir, train_steps, hp):
     return Trainer(config, hp)
 
 
-@pytest.mark.slow
-def test_resume_mid_window_equals_uninterrupted_run(tmp_path):
-    total, stop = 14, 6  # 6 % 4 == 2: the checkpoint is inside a window
-    straight = _trainer(tmp_path / "straight", total)
-    straight.train()
+TOTAL, STOP = 14, 6  # 6 % 4 == 2: the checkpoint is inside a window
 
-    first = _trainer(tmp_path / "resumed", stop)
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """A run trained TOTAL micro-steps without interruption."""
+    trainer = _trainer(tmp_path_factory.mktemp("straight"), TOTAL)
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.slow
+def test_resume_mid_window_equals_uninterrupted_run(tmp_path, straight):
+    first = _trainer(tmp_path / "resumed", STOP)
     first.train()
     checkpoint = first.checkpoints.latest
     tokens = tf.train.load_variable(
         checkpoint, "accumulator/tokens/.ATTRIBUTES/VARIABLE_VALUE"
     )
     assert tokens > 0  # the saved accumulators hold a half-finished window
+    shutil.copytree(tmp_path / "resumed", tmp_path / "broken")  # for the control
 
-    resumed = _trainer(tmp_path / "resumed", total)
+    resumed = _trainer(tmp_path / "resumed", TOTAL)
     resumed.train()
-    assert resumed.step.micro_step == total
-    assert resumed.step.update_step == total // N
+    assert resumed.step.micro_step == TOTAL
+    assert resumed.step.update_step == TOTAL // N
     assert tolerance_ratio(resumed.model, straight.model) < 1
 
     # Control: the same resume without the accumulators' contents differs, so the
     # comparison above is able to fail.
-    _trainer(tmp_path / "broken", stop).train()
-    broken = _trainer(tmp_path / "broken", total)
+    broken = _trainer(tmp_path / "broken", TOTAL)
     restore = broken.restore
 
     def restore_and_forget_window():
@@ -74,15 +82,13 @@ def test_resume_mid_window_equals_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_step_traces_once_across_bucket_shapes(tmp_path):
-    trainer = _trainer(tmp_path, 24)
-    trainer.train()
+def test_train_step_traces_once_across_bucket_shapes(straight):
     shapes = set()
-    for batch in trainer.dataset("train", training=True).take(24):
+    for batch in straight.dataset("train", training=True).take(TOTAL):
         shapes.add(tuple(batch["targets"].shape))
-    assert len(shapes) > 3  # the batches really come in several shapes
-    assert trainer.step.accumulate.experimental_get_tracing_count() == 1
-    assert trainer.step.accumulate_and_update.experimental_get_tracing_count() == 1
+    assert len(shapes) > 3  # the batches it trained on really come in several shapes
+    assert straight.step.accumulate.experimental_get_tracing_count() == 1
+    assert straight.step.accumulate_and_update.experimental_get_tracing_count() == 1
 
 
 def test_simulation_line_states_the_simulated_batch():

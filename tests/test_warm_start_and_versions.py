@@ -3,6 +3,7 @@ an earlier version (a newly declared hparam at its default; a changed input
 pipeline)."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from t2t_lite.decoding.loading import load_for_decoding
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
 from t2t_lite.runs import warm_start as warm_start_module
-from t2t_lite.training import trainer as trainer_module
+from t2t_lite.training import open_run
 from t2t_lite.training.trainer import RunConfig, Trainer
 
 
@@ -38,13 +39,23 @@ def _weights(model):
     return {v.path.split("/", 1)[1]: v.numpy() for v in model.trainable_variables}
 
 
+SOURCE_STEPS = 6
+
+
 @pytest.fixture(scope="module")
 def source_run(tmp_path_factory):
-    """A trained run to warm-start from: (directory, its final weights)."""
+    """A trained run to warm-start from (and to copy as an earlier version's run):
+    (directory, its final weights, its update step)."""
     path = tmp_path_factory.mktemp("source")
-    trainer = _trainer(path, 6)
+    trainer = _trainer(path, SOURCE_STEPS)
     trainer.train()
-    return path, _weights(trainer.model)
+    return path, _weights(trainer.model), trainer.step.update_step
+
+
+def _copy(source_run, tmp_path):
+    """A copy of the source run, to change without touching the original."""
+    shutil.copytree(source_run[0], tmp_path / "run")
+    return tmp_path / "run"
 
 
 def _recording(monkeypatch, module):
@@ -61,7 +72,7 @@ def _recording(monkeypatch, module):
 
 
 def test_warm_start_loads_weights_only(source_run, tmp_path):
-    source, weights = source_run
+    source, weights, _ = source_run
     new = _trainer(tmp_path, 4, warm_start_from=str(source))
     assert new.restore() == 0
     ours = _weights(new.model)
@@ -85,7 +96,7 @@ def test_warm_start_loads_weights_only(source_run, tmp_path):
 def test_warm_start_into_a_deeper_model_lists_the_new_variables(
     source_run, tmp_path, monkeypatch
 ):
-    source, weights = source_run
+    source, weights, _ = source_run
     warnings = _recording(monkeypatch, warm_start_module)
     deeper = transformer_test().override(num_decoder_layers=2)
     new = _trainer(tmp_path, 2, deeper, warm_start_from=str(source))
@@ -98,7 +109,7 @@ def test_warm_start_into_a_deeper_model_lists_the_new_variables(
 
 
 def test_warm_start_refuses_other_shapes_and_other_vocabularies(source_run, tmp_path):
-    source, _ = source_run
+    source = source_run[0]
     wider = transformer_test().override(hidden_size=32, filter_size=64)
     with pytest.raises(UserError, match="have another shape, e.g. model/"):
         _trainer(tmp_path / "a", 2, wider, warm_start_from=str(source)).restore()
@@ -128,32 +139,32 @@ def test_cli_refuses_a_missing_warm_start_path_before_writing(tmp_path):
 # --- resume across versions -----------------------------------------------------------
 
 
-def test_a_run_from_before_a_new_hparam_resumes_and_decodes_at_its_default(tmp_path):
+def test_a_run_from_before_a_new_hparam_resumes_and_decodes_at_its_default(
+    tmp_path, source_run
+):
     """effective_batch_size is the newest hparam: a hparams.json without it is what
     an earlier version wrote."""
-    _trainer(tmp_path, 2).train()
-    path = tmp_path / "hparams.json"
+    run_dir = _copy(source_run, tmp_path)
+    path = run_dir / "hparams.json"
     stored = json.loads(path.read_text())
     del stored["effective_batch_size"], stored["activation_dtype"]
     path.write_text(json.dumps(stored))
-    _, _, hp, _ = load_for_decoding(output_dir=str(tmp_path))
+    _, _, hp, _ = load_for_decoding(output_dir=str(run_dir))
     assert hp.activation_dtype == "float32" and hp.effective_batch_size == 0
     changed = transformer_test().override(activation_dtype="bfloat16")
     with pytest.raises(UserError, match="before hparam.s. activation_dtype existed"):
-        _trainer(tmp_path, 4, changed)
-    resumed = _trainer(tmp_path, 4)
+        _trainer(run_dir, SOURCE_STEPS + 2, changed)
+    resumed = _trainer(run_dir, SOURCE_STEPS + 2)
     resumed.train()
-    assert resumed.step.micro_step == 4
+    assert resumed.step.micro_step == SOURCE_STEPS + 2
     assert "effective_batch_size" in json.loads(path.read_text())
 
 
 def test_a_changed_input_pipeline_restores_the_rest_and_warns_once(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, source_run
 ):
-    first = _trainer(tmp_path, 4)
-    first.train()
-    saved = _weights(first.model)
-    updates = first.step.update_step
+    run_dir = _copy(source_run, tmp_path)
+    _, saved, updates = source_run
     # The next version's pipeline has one more tf.data op: the saved iterator state
     # no longer fits it.
     original = Trainer._replica_train_dataset
@@ -162,25 +173,25 @@ def test_a_changed_input_pipeline_restores_the_rest_and_warns_once(
         "_replica_train_dataset",
         lambda self, *a: original(self, *a).take(2**40),
     )
-    warnings = _recording(monkeypatch, trainer_module)
-    resumed = _trainer(tmp_path, 6)
-    inputs = trainer_module.ReplicaInputs(
-        resumed.strategy, resumed._replica_train_dataset
-    )
+    warnings = _recording(monkeypatch, open_run)
+    resumed = _trainer(run_dir, SOURCE_STEPS + 2)
+    inputs = open_run.ReplicaInputs(resumed.strategy, resumed._replica_train_dataset)
     resumed._attach_iterators(inputs)
-    assert resumed.restore() == 4
+    assert resumed.restore() == SOURCE_STEPS
     assert resumed.step.update_step == updates
     ours = _weights(resumed.model)
     assert all(np.array_equal(ours[k], v) for k, v in saved.items())
     assert len([w for w in warnings if "data order restarts" in w]) == 1
     # Training goes on (one warning per resume from the old checkpoint), and its
     # next checkpoint holds the new pipeline's iterators: resuming that one is quiet.
-    resumed = _trainer(tmp_path, 6)
+    resumed = _trainer(run_dir, SOURCE_STEPS + 2)
     resumed.train()
-    assert resumed.step.micro_step == 6
+    assert resumed.step.micro_step == SOURCE_STEPS + 2
     reader = tf.train.load_checkpoint(resumed.checkpoints.latest)
     assert any("iterator" in k for k in reader.get_variable_to_shape_map())
-    later = _trainer(tmp_path, 8)
+    later = _trainer(run_dir, SOURCE_STEPS + 4)
     later.train()
-    assert later.step.micro_step == 8 and not later.input_pipeline_changed
+    assert (
+        later.step.micro_step == SOURCE_STEPS + 4 and not later.input_pipeline_changed
+    )
     assert len([w for w in warnings if "data order restarts" in w]) == 2
