@@ -7,6 +7,7 @@ error from deep inside TensorFlow minutes later.
 """
 
 from t2t_lite.hparams import HParamsError
+from t2t_lite.optim.batch_schedule import parse_batch_size_schedule
 from t2t_lite.optim.schedule import parse_schedule
 from t2t_lite.registry import MODELS, OPTIMIZERS
 
@@ -35,6 +36,7 @@ _PROBABILITIES = (  # in [0, 1)
     "optimizer_adam_beta1",
     "optimizer_adam_beta2",
     "optimizer_momentum_momentum",
+    "noise_scale_decay",
 )
 _OTHER_REQUIRED = (
     "length_bucket_step",
@@ -109,6 +111,8 @@ def validate(hp, model="transformer"):
             "hparams effective_batch_size and optimizer_multistep_accumulate_steps "
             "both set the accumulation steps; set one of them."
         )
+    if hp.batch_size_schedule:
+        _check_batch_size_schedule(hp)
     model_class = MODELS.get(model) if isinstance(model, str) else model
     model_checks = getattr(model_class, "validate_hparams", None)
     if model_checks is not None:
@@ -116,3 +120,29 @@ def validate(hp, model="transformer"):
     OPTIMIZERS.get(hp.optimizer)
     parse_schedule(hp.learning_rate_schedule)
     return hp
+
+
+def _check_batch_size_schedule(hp):
+    """The schedule parses (on one replica; more replicas are checked when the run
+    is built), is the only thing that sets n, and an adaptive one can work."""
+    for key in ("optimizer_multistep_accumulate_steps", "effective_batch_size"):
+        if getattr(hp, key) > (1 if key.startswith("optimizer") else 0):
+            raise HParamsError(
+                f"hparams batch_size_schedule and {key} both set the accumulation "
+                "steps; set one of them."
+            )
+    plan = parse_batch_size_schedule(hp.batch_size_schedule, hp.batch_size)
+    if plan.kind != "adaptive":
+        return
+    if not hp.log_noise_scale:
+        raise HParamsError(
+            f"batch_size_schedule '{hp.batch_size_schedule}' follows the noise scale: "
+            "it needs log_noise_scale=true."
+        )
+    factors = [f.strip() for f in hp.learning_rate_schedule.split("*")]
+    if "linear_decay" in factors:
+        raise HParamsError(
+            f"batch_size_schedule '{hp.batch_size_schedule}' cannot know the run's "
+            "number of updates in advance, which learning_rate_schedule's "
+            "linear_decay needs; use a fixed or scheduled batch, or another decay."
+        )

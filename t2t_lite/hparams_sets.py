@@ -49,6 +49,14 @@ def transformer_base():
     # Tokens per update to aim for; 0: off. Sets n = ceil(this / (batch_size *
     # replicas)) (leave optimizer_multistep_accumulate_steps at 1):
     d("effective_batch_size", 0)
+    # Tokens per update as a function of the update step, instead of a fixed n:
+    # linear:START,END,UPDATES, steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY];
+    # "": off (optim/batch_schedule.py, docs/training.md):
+    d("batch_size_schedule", "")
+    # Measure the gradient noise scale (critical batch size, in tokens) whenever a
+    # window holds two or more micro-batches (training/noise_scale.py):
+    d("log_noise_scale", True)
+    d("noise_scale_decay", 0.95)  # its moving average's decay per update
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
     d("weight_decay", 0.0)  # L2 per update on all but biases (T2T's rule); 0: off
     d("max_consecutive_bad_updates", 10)  # NaN/Inf updates in a row that stop a run

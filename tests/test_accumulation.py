@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from accumulation_helpers import (
+    VOCAB,
     build,
     concatenate,
     run,
@@ -132,13 +133,13 @@ def test_micro_steps_scatter_sparse_embedding_gradients():
     op_types = [op.type for op in graph.get_operations()]
     assert op_types.count("ResourceScatterAdd") == 2  # source and target embedding
     # What densifying the slices compiles to: a [vocab, hidden] UnsortedSegmentSum.
-    # (The loss's target-logit gather has a rank-1 one, which is no embedding.)
-    densified = [
-        op
-        for op in graph.get_operations()
-        if op.type == "UnsortedSegmentSum" and op.outputs[0].shape.rank != 1
-    ]
+    # (The loss's target-logit gather has a rank-1 one, which is no embedding; the
+    # noise scale sums each micro-batch's slices per distinct row, [rows, hidden].)
+    sums = [op for op in graph.get_operations() if op.type == "UnsortedSegmentSum"]
+    densified = [op for op in sums if op.outputs[0].shape[:1] == [VOCAB]]
     assert not densified, [op.name for op in densified]
+    per_row = [op for op in sums if op.outputs[0].shape.rank == 2]
+    assert len(per_row) == 2 and step.noise_scale is not None
 
 
 def test_clipping_threshold_is_below_the_gradient_norm():

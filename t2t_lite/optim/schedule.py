@@ -4,7 +4,8 @@ Each factor is a small named function of the update step (a float32 tensor) and 
 `ScheduleConfig`; the string only selects and multiplies them. The step is always the
 number of optimizer *updates* so far (0-based), never the micro-step: with gradient
 accumulation over n micro-batches, update u gets exactly the rate a big-batch run uses at
-its step u, and `train_steps` is converted to updates (train_steps / n) before it reaches
+its step u, and `train_steps` is converted to updates (train_steps / n, or the number of
+updates train_steps micro-batches give under a batch-size schedule) before it reaches
 any factor — the two places where T2T and Keras 3 go wrong.
 """
 
@@ -28,7 +29,7 @@ class ScheduleConfig:
     constant: float
     warmup_steps: float
     hidden_size: int
-    train_updates: float  # train_steps / accumulate_steps
+    train_updates: float  # updates in train_steps micro-steps (optim/batch_schedule.py)
     decay_steps: float
     decay_rate: float
     decay_staircase: bool
@@ -145,15 +146,17 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return cls(config["text"], ScheduleConfig(**config["config"]))
 
 
-def schedule_from_hparams(hp, train_steps, replicas=1):
-    """Builds the schedule; `train_steps` counts micro-steps and is turned into updates
-    (n may depend on `replicas` through effective_batch_size)."""
-    n = accumulate_steps(hp, replicas)
+def schedule_from_hparams(hp, train_steps, replicas=1, plan=None):
+    """Builds the schedule; `train_steps` counts micro-steps and is turned into
+    updates by the run's window plan (`plan`, or the one hp gives on `replicas`)."""
+    from t2t_lite.optim.batch_schedule import window_plan  # noqa: PLC0415 (cycle)
+
+    plan = plan or window_plan(hp, replicas)
     config = ScheduleConfig(
         constant=hp.learning_rate_constant,
         warmup_steps=float(hp.learning_rate_warmup_steps),
         hidden_size=hp.hidden_size,
-        train_updates=train_steps / n,
+        train_updates=plan.train_updates(train_steps),
         decay_steps=float(hp.learning_rate_decay_steps),
         decay_rate=hp.learning_rate_decay_rate,
         decay_staircase=hp.learning_rate_decay_staircase,

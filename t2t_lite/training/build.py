@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from t2t_lite.models.factory import build_model
 from t2t_lite.optim.optimizers import optimizer_from_hparams
-from t2t_lite.optim.schedule import accumulate_steps, schedule_from_hparams
+from t2t_lite.optim.batch_schedule import window_plan
+from t2t_lite.optim.schedule import schedule_from_hparams
 from t2t_lite.registry import MODELS
 from t2t_lite.training.loss_scale import DynamicLossScale
 from t2t_lite.training.train_step import TrainStep
@@ -55,7 +56,8 @@ def build_run(
     """Builds the model, schedule, optimizer and TrainStep of `hp` under `strategy`.
 
     model: a registered model name (or a model class). train_steps: micro-steps, as
-    in T2T; the schedule sees train_steps / n (docs/design.md §2). initial_weights: a
+    in T2T; the schedule sees the updates they give (docs/design.md §2). The window
+    plan (optim/batch_schedule.py) is hp's on the strategy's replicas. initial_weights: a
     `model.get_weights()` list to start from (equivalence tests start two runs from
     the same weights). jit_compile: XLA-compile each replica's forward and backward
     (TrainStep; feed it bucket-padded batches, see data.pipeline's pad_to_bucket).
@@ -66,7 +68,8 @@ def build_run(
         the_model = build_model(model_class, hp, vocab_size)
         if initial_weights is not None:
             the_model.set_weights(initial_weights)
-        schedule = schedule_from_hparams(hp, train_steps, strategy.num_replicas_in_sync)
+        plan = window_plan(hp, strategy.num_replicas_in_sync)
+        schedule = schedule_from_hparams(hp, train_steps, plan=plan)
         optimizer = optimizer_from_hparams(hp, schedule)
         loss_scale = None
         if hp.activation_dtype == "float16":
@@ -75,7 +78,8 @@ def build_run(
     step = TrainStep(
         the_model,
         optimizer,
-        accumulate_steps=accumulate_steps(hp, strategy.num_replicas_in_sync),
+        windows=plan,
+        noise_scale_decay=_noise_scale_decay(hp),
         label_smoothing=hp.label_smoothing,
         clip_grad_norm=hp.clip_grad_norm,
         weight_decay=hp.weight_decay,
@@ -87,3 +91,11 @@ def build_run(
         strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="replicas"
     )
     return Run(hp, the_model, schedule, optimizer, step, strategy, replicas)
+
+
+def _noise_scale_decay(hp):
+    """The noise scale's moving-average decay, or None when log_noise_scale is off
+    (hparams.json files older than these keys: on, at the default decay)."""
+    if not getattr(hp, "log_noise_scale", True):
+        return None
+    return getattr(hp, "noise_scale_decay", 0.95)

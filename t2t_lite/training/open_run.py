@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.data.pipeline import batches_from_hparams
-from t2t_lite.optim.schedule import accumulate_steps
+from t2t_lite.optim.batch_schedule import window_plan
 from t2t_lite.registry import MODELS, PROBLEMS
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import check_metric
@@ -59,7 +59,10 @@ class OpenRun:
         self.chief = is_chief(self.strategy)
         self.workers = num_workers(self.strategy)
         self.problem = self._load_problem()
-        self.n = accumulate_steps(hp, self.replicas)
+        # The window plan checked on this replica count before anything is written
+        # (the train step's own copy, built below, is the one that runs):
+        plan = window_plan(hp, self.replicas)
+        self.n = plan.n if plan.constant else None  # None: windows vary
         # Best checkpoint, early stopping, elapsed time (training/run_state.py):
         self.run_state = RunState(
             config.output_dir,
@@ -84,6 +87,7 @@ class OpenRun:
         )
         self.model, self.optimizer = self.run.model, self.run.optimizer
         self.schedule, self.step = self.run.schedule, self.run.step
+        self.plan = self.step.plan
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
         self.bleu_evaluator = self._bleu_evaluator()
         self.checkpoint = self.run.checkpoint()
@@ -129,9 +133,13 @@ class OpenRun:
                 "problem": config.problem,
                 "model": config.model,
                 "vocab_fingerprint": self.problem.vocab_fingerprint(),
-                "accumulate_steps": self.n,
+                "accumulate_steps": self.n or "batch_size_schedule",
+                **self._micro_batch_identity(),
             },
-            hints={"accumulate_steps": self._accumulation_hint()},
+            hints={
+                "accumulate_steps": self._accumulation_hint(),
+                "micro_batch_tokens": self._accumulation_hint(),
+            },
         )
         check_train_steps_change(
             config.output_dir,
@@ -140,15 +148,27 @@ class OpenRun:
             self.hp,
         )
 
+    def _micro_batch_identity(self):
+        """Under a batch-size schedule, the tokens of one micro-step over all
+        replicas: windows of a checkpoint are sized in them."""
+        if self.n:
+            return {}
+        return {"micro_batch_tokens": self.hp.batch_size * self.replicas}
+
     def _accumulation_hint(self):
-        """Why n changed on resume: only effective_batch_size makes it depend on
-        the replica count (n itself is an hparam, guarded with the others)."""
-        if self.hp.effective_batch_size <= 0:
+        """Why n changed on resume: only effective_batch_size and batch_size_schedule
+        make it depend on the replica count (n itself is an hparam, guarded with the
+        others)."""
+        if self.hp.effective_batch_size > 0:
+            setting = f"effective_batch_size {self.hp.effective_batch_size}"
+        elif getattr(self.hp, "batch_size_schedule", ""):
+            setting = f"batch_size_schedule {self.hp.batch_size_schedule}"
+        else:
             return None
         return (
-            f" (effective_batch_size {self.hp.effective_batch_size} on "
-            f"{self.replicas} replica(s) of batch_size {self.hp.batch_size}); resume "
-            "on the replica count it was trained on, or use a new output_dir."
+            f" ({setting} on {self.replicas} replica(s) of batch_size "
+            f"{self.hp.batch_size}); resume on the replica count it was trained on, "
+            "or use a new output_dir."
         )
 
     def _bleu_evaluator(self):
@@ -249,8 +269,8 @@ class OpenRun:
             for name, iterator in inputs.checkpoint_items().items():
                 setattr(self.checkpoint, name, iterator)
             return
-        per_replica = self.hp.batch_size * self.n
-        logging.warning(
+        per_replica = self.hp.batch_size * self.n  # a fixed n: the run identity
+        logging.warning(  # refuses a replica change that would change n otherwise
             "Resuming a run trained on %d replica(s) on %d: tokens per update change "
             "from %d to %d (batch_size %d × %d accumulation steps × replicas); the "
             "training data order restarts.",
@@ -333,6 +353,7 @@ class OpenRun:
                 return None
             metrics.update(bleu)
         record.update(metrics)
+        record.update(self.run_log.progress_record())
         if write:
             record.update(self.run_state.track_best(record))
             run_dir.append_metrics(self.config.output_dir, record)

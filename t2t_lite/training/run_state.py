@@ -189,16 +189,62 @@ class RunLog:
                 "clip_grad_norm (both may change on resume), then rerun."
             )
 
+    def tokens_per_update(self, size=None):
+        """The tokens (padding included, all replicas) a window of `size`
+        micro-batches is planned for; the current window's by default."""
+        size = size or self.step.window()[0]
+        return size * self.hp.batch_size * self.step.strategy.num_replicas_in_sync
+
+    def window_size(self, done, size, previous):
+        """A batch-size schedule's window size changed (or training started)."""
+        logging.info(
+            "%s at step %d, update %d: %d accumulation steps = %d tokens/update.",
+            "Batch size" if previous is None else f"Batch size grows from {previous}",
+            done,
+            self.step.update_step,
+            size,
+            self.tokens_per_update(size),
+        )
+
+    def batch_decision(self, update, old, new, noise_scale):
+        """An adaptive batch's decision at update `update`."""
+        measured = f"{noise_scale:.0f}" if noise_scale else "not measured yet"
+        logging.info(
+            "Adaptive batch at update %d: noise scale %s tokens; tokens per update "
+            "%d -> %d.",
+            update,
+            measured,
+            old,
+            new,
+        )
+        with self.writer("train").as_default(step=self.step.micro_step):
+            tf.summary.scalar("adaptive_target_tokens", new)
+
+    def progress_record(self):
+        """Batch-size facts for an evaluation record: tokens per update of the
+        current window, non-pad target tokens trained on, the noise scale."""
+        record = {
+            "tokens_per_update": self.tokens_per_update(),
+            "tokens_seen": int(tf.convert_to_tensor(self.step.tokens_seen)),
+        }
+        noise = self.step.noise_scale_value()
+        if noise is not None:
+            record["noise_scale"] = noise
+        return record
+
     def training(self, meter, done):
         """The step line and train/ summaries at global step `done`; `meter`
         (progress.py) averages loss and throughput since the previous line."""
         loss, tokens_per_s, eta = meter.take()
         update = self.step.update_step
         rate = float(self.schedule(max(update - 1, 0)))
+        facts = self.progress_record()
         with self.writer("train").as_default(step=done):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)
             tf.summary.scalar("tokens_per_second", tokens_per_s)
+            for key, value in facts.items():
+                tf.summary.scalar(key, value)
             tf.summary.scalar(
                 "skipped_updates", tf.convert_to_tensor(self.step.skipped_updates)
             )
@@ -211,7 +257,7 @@ class RunLog:
                 tf.summary.scalar("grad_norm", meter.grad_norm)
             tf.summary.scalar("clipped_updates", clipped)
         logging.info(
-            "step %d, update %d, loss %.4f, lr %.3g%s, %.0f tokens/s, ETA %s%s",
+            "step %d, update %d, loss %.4f, lr %.3g%s, %.0f tokens/s, ETA %s%s%s",
             done,
             update,
             loss,
@@ -220,7 +266,17 @@ class RunLog:
             tokens_per_s,
             format_seconds(eta),
             _loss_scale_text(scaling),
+            self._batch_text(facts),
         )
+
+    def _batch_text(self, facts):
+        """The log line's tokens per update (when windows vary) and noise scale."""
+        text = ""
+        if not self.step.plan.constant:
+            text += f", {facts['tokens_per_update']} tokens/update"
+        if "noise_scale" in facts:
+            text += f", noise scale ≈ {_short(facts['noise_scale'])} tokens/update"
+        return text
 
     def evaluation(self, record, summaries=True):
         """The evaluation line of `record`, and its eval/ summaries unless
@@ -249,6 +305,14 @@ class RunLog:
         return float(tf.convert_to_tensor(scale.scale)), int(
             tf.convert_to_tensor(scale.overflows)
         )
+
+
+def _short(tokens):
+    """41234 → "41k", 1.5e6 → "1.5M", 812 → "812"."""
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if tokens >= size:
+            return f"{tokens / size:.3g}{unit}"
+    return f"{tokens:.0f}"
 
 
 def _loss_scale_text(scaling):

@@ -8,9 +8,17 @@ Two compiled functions share one replica-level body:
   count and loss; gradient = sum / tokens (token-exact); weight decay, then global-norm
   clipping, once, on that gradient; the optimizer applies it; accumulators reset.
 
-The training loop calls `accumulate` for the first n-1 micro-batches of each window and
-`accumulate_and_update` for the last (window position = global_step mod n). With n = 1
-there are no accumulators: the update body uses the micro-batch's gradient directly.
+Windows (docs/design.md §2.7): `windows()` yields each accumulation window's size,
+decided when it starts by the run's plan (optim/batch_schedule.py: a fixed n, a
+batch-size schedule or an adaptive batch), and the position inside it; the loop
+calls `accumulate` for all but the window's last micro-batch and
+`accumulate_and_update` for the last. Size and position are checkpointed, so a run
+resumed mid-window finishes the window it was in. With a fixed n of 1 there are no
+accumulators: the update body uses the micro-batch's gradient directly.
+
+The gradient noise scale (training/noise_scale.py) is measured on the way when a
+window holds more than one micro-batch: a squared norm per micro-batch, summed into
+replica-local statistics that ride the update's all-reduce.
 
 Since the optimizer only runs on updates, `optimizer.iterations` *is* the update step:
 the learning-rate schedule and Adam's bias correction both count updates.
@@ -33,10 +41,19 @@ import tensorflow as tf
 
 from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
+from t2t_lite.optim.batch_schedule import FixedWindows
+from t2t_lite.training.noise_scale import NoiseScale
 
 # Checkpoint items newer than some checkpoints in existence: restoring a checkpoint
 # without one leaves it at its initial value (runs/checkpoints.py, `optional`).
-OPTIONAL_CHECKPOINT_ITEMS = ("clipped_updates",)
+OPTIONAL_CHECKPOINT_ITEMS = (
+    "clipped_updates",
+    "window_size",
+    "window_position",
+    "tokens_seen",
+    "noise_scale",
+    "adaptive_batch",
+)
 
 _BATCH_SIGNATURE = (
     {
@@ -54,20 +71,32 @@ class TrainStep:
         model,
         optimizer,
         *,
-        accumulate_steps,
         label_smoothing,
+        accumulate_steps=None,
+        windows=None,
+        noise_scale_decay=None,
         clip_grad_norm=0.0,
         weight_decay=0.0,
         strategy=None,
         jit_compile=False,
         loss_scale=None,
     ):
-        """loss_scale: a DynamicLossScale (float16 training), or None."""
-        if accumulate_steps < 1:
-            raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}.")
+        """windows: the run's window plan (optim/batch_schedule.py), or
+        accumulate_steps: a fixed n. noise_scale_decay: the moving-average decay of
+        the gradient noise scale, or None not to measure it (it is not measured
+        either when no window can hold two micro-batches). loss_scale: a
+        DynamicLossScale (float16 training), or None."""
+        if windows is None:
+            if accumulate_steps is None or accumulate_steps < 1:
+                raise ValueError(
+                    f"accumulate_steps must be >= 1, got {accumulate_steps}."
+                )
+            windows = FixedWindows(accumulate_steps, 0)
         self.model = model
         self.optimizer = optimizer
-        self.n = accumulate_steps
+        self.plan = windows
+        # The fixed n, or None when windows vary.
+        self.n = windows.n if windows.constant else None
         self.label_smoothing = label_smoothing
         self.clip_grad_norm = clip_grad_norm
         self.weight_decay = weight_decay
@@ -87,10 +116,24 @@ class TrainStep:
             self.skipped_updates = _counter("skipped_updates")
             # Applied updates whose gradient norm exceeded clip_grad_norm (> 0).
             self.clipped_updates = _counter("clipped_updates")
+            # The current window: its size (0 = not recorded, a checkpoint from
+            # before windows could vary: then size n and position global_step mod n)
+            # and the micro-batches of it consumed.
+            self.window_size = _counter("window_size")
+            self.window_position = _counter("window_position")
+            self.tokens_seen = _counter("tokens_seen")  # non-pad target tokens
+            can_vary = not windows.constant or windows.n > 1
+            self.noise_scale = None
+            if noise_scale_decay is not None and (
+                can_vary or self.strategy.num_replicas_in_sync > 1
+            ):
+                self.noise_scale = NoiseScale(noise_scale_decay)
+            if getattr(windows, "state", "absent") is None:
+                windows.create_state()  # an adaptive plan's checkpointed target
             self.optimizer.build(model.trainable_variables)
             _skip_keras_all_reduce(self.optimizer)
             self.accumulator = (
-                GradientAccumulator(model.trainable_variables) if self.n > 1 else None
+                GradientAccumulator(model.trainable_variables) if can_vary else None
             )
         # This process's vote to stop, summed over all replicas by the update's
         # all-reduce. A plain local variable: each worker sets its own.
@@ -98,8 +141,8 @@ class TrainStep:
         self.jit_compile = jit_compile
         if jit_compile:  # XLA: see _compile
             self._gradients = tf.function(self._gradients, jit_compile=True)
-        self.accumulate = self._compile(self._accumulate_body)
-        self.accumulate_and_update = self._compile(self._update_body)
+        self.accumulate = self._compile(self._accumulate_body, closes_window=False)
+        self.accumulate_and_update = self._compile(self._update_body, closes_window=True)
 
     @property
     def update_step(self):
@@ -113,8 +156,54 @@ class TrainStep:
         return int(tf.convert_to_tensor(self.global_step))
 
     def is_update_micro_step(self, global_step):
-        """Whether micro-step `global_step` (0-based) closes an accumulation window."""
+        """Whether micro-step `global_step` (0-based) closes an accumulation window
+        of a fixed n (windows() serves every plan)."""
         return (global_step + 1) % self.n == 0
+
+    def window(self):
+        """(size, position) of the current window from the checkpointed counters
+        (size 0: no window started yet)."""
+        size = int(tf.convert_to_tensor(self.window_size))
+        position = int(tf.convert_to_tensor(self.window_position))
+        if size == 0 and self.plan.constant:  # a checkpoint from before windows
+            size, position = self.n, self.micro_step % self.n
+            position = position if self.micro_step else 0
+        return size, position
+
+    def windows(self, on_decision=None):
+        """Yields (size, position) for the current window, then for each next one:
+        the loop runs micro-steps position .. size-1 of each (the last one
+        updates). A new window's size is the plan's for the update it will be
+        (applied updates: a skipped one is retried at the same size), recorded in
+        the checkpoint; an adaptive plan decides first, reporting (update, old,
+        new tokens) to `on_decision`."""
+        size, position = self.window()
+        if size and position:  # resume inside a window: finish it
+            yield size, position
+        while True:
+            update = self.update_step if not self.plan.constant else 0
+            decide = getattr(self.plan, "decide", None)
+            if decide is not None:
+                decision = decide(update, self.noise_scale_value())
+                if decision and on_decision:
+                    on_decision(update, *decision)
+            size = self.plan.size(update)
+            self.window_size.assign(size)
+            yield size, 0
+
+    def train_on(self, batch, closes_window):
+        """One micro-step of the current window; the last one updates."""
+        if closes_window:
+            return self.accumulate_and_update(batch)
+        return self.accumulate(batch)
+
+    def noise_scale_value(self):
+        """B_simple in tokens from the moving averages, or None when not measured
+        (or not yet, or not finite)."""
+        if self.noise_scale is None:
+            return None
+        value = float(self.noise_scale.value())
+        return value if value > 0 and value != float("inf") else None
 
     def request_stop(self):
         """Makes the next update report `stop_votes` > 0 on every worker."""
@@ -126,9 +215,9 @@ class TrainStep:
         window and all replicas, "window_loss_sum", "window_tokens" and
         "stop_votes", and "grad_norm": the global norm of the update's gradient
         before clipping (all-reduced, normalized, unscaled, weight decay added)."""
-        if self.is_update_micro_step(global_step):
-            return self.accumulate_and_update(batch)
-        return self.accumulate(batch)
+        if not self.plan.constant:
+            raise TypeError("windows vary: drive them with windows() and train_on().")
+        return self.train_on(batch, self.is_update_micro_step(global_step))
 
     def checkpoint_items(self):
         """Objects a tf.train.Checkpoint must hold to resume exactly, even mid-window."""
@@ -145,13 +234,22 @@ class TrainStep:
             # (OPTIONAL_CHECKPOINT_ITEMS), an older checkpoint leaves it at 0.
             "clipped_updates": self.clipped_updates,
         }
+        items.update(
+            window_size=self.window_size,
+            window_position=self.window_position,
+            tokens_seen=self.tokens_seen,
+        )
         if self.accumulator is not None:
             items["accumulator"] = self.accumulator
+        if self.noise_scale is not None:
+            items["noise_scale"] = self.noise_scale
+        if getattr(self.plan, "state", None) is not None:
+            items["adaptive_batch"] = self.plan.state
         if self.loss_scale is not None:
             items["loss_scale"] = self.loss_scale
         return items
 
-    def _compile(self, body):
+    def _compile(self, body, closes_window):
         """One trace for all batch shapes: a [None, None] signature on one replica;
         distributed (PerReplica) batches get the same, built from the first batch.
 
@@ -164,23 +262,30 @@ class TrainStep:
         Adam, scatter_add into the accumulators) measured slower than TF's kernels.
         """
         if self.strategy.num_replicas_in_sync == 1:
-            return tf.function(self._run(body), input_signature=_BATCH_SIGNATURE)
-        return _TracedOnce(self._run(body), self.strategy)
+            return tf.function(
+                self._run(body, closes_window), input_signature=_BATCH_SIGNATURE
+            )
+        return _TracedOnce(self._run(body, closes_window), self.strategy)
 
     # --- replica-level bodies -------------------------------------------------------
 
-    def _run(self, body):
+    def _run(self, body, closes_window):
         """Wraps a replica body: no cross-replica reduction of its outputs.
 
         The per-replica loss sums and token counts are returned as they are (a tuple
         of one tensor per local replica) and added on the host when a log line is
-        written, and `global_step` moves in cross-replica context, so nothing is
-        communicated between replicas on a micro-step that is not an update.
+        written, and `global_step` and the window position move in cross-replica
+        context, so nothing is communicated between replicas on a micro-step that
+        is not an update.
         """
 
         def run(batch):
             outputs = self.strategy.run(body, args=(batch,))
             self.global_step.assign_add(1)
+            if closes_window:
+                self.window_position.assign(0)
+            else:
+                self.window_position.assign_add(1)
             return {
                 k: tuple(self.strategy.experimental_local_results(v))
                 for k, v in outputs.items()
@@ -203,18 +308,24 @@ class TrainStep:
     def _accumulate_body(self, batch):
         gradients, loss_sum, tokens = self._gradients(batch)
         self.accumulator.add(gradients, loss_sum, tokens)
+        if self.noise_scale is not None:
+            self.noise_scale.add(NoiseScale.micro_batch(gradients, tokens))
         return {"loss_sum": loss_sum, "tokens": tokens}
 
     def _update_body(self, batch):
         gradients, loss_sum, tokens = self._gradients(batch)
+        noise = None
+        if self.noise_scale is not None:
+            noise = self.noise_scale.window(NoiseScale.micro_batch(gradients, tokens))
         if self.accumulator is None:
-            window = self._update(gradients, loss_sum, tokens)
+            window = self._update(gradients, loss_sum, tokens, noise)
         else:
-            window = self._update(*self.accumulator.plus(gradients, loss_sum, tokens))
+            summed = self.accumulator.plus(gradients, loss_sum, tokens)
+            window = self._update(*summed, noise)
             self.accumulator.reset()
         return {"loss_sum": loss_sum, "tokens": tokens, **window}
 
-    def _update(self, gradients, loss_sum, tokens):
+    def _update(self, gradients, loss_sum, tokens, noise=None):
         """All-reduce once, normalize by tokens, decay, clip, apply — or skip.
 
         A NaN/Inf loss, gradient norm or learning rate skips the whole update
@@ -222,14 +333,18 @@ class TrainStep:
         loop stops the run after `max_consecutive_bad_updates` in a row. Under loss
         scaling, a finite loss with a non-finite gradient is an overflow instead: the
         update is skipped and the scale lowered (see training/loss_scale.py).
-        Returns the window's all-reduced loss sum, token count and stop votes.
+        Returns the window's all-reduced loss sum, token count and stop votes (and
+        the noise scale when measured: `noise` holds this replica's window sums).
         """
         context = tf.distribute.get_replica_context()
         votes = tf.identity(self._stop_vote)
+        scalars = [loss_sum, tokens, votes] + list(noise or [])
         reduced = context.all_reduce(
-            tf.distribute.ReduceOp.SUM, list(gradients) + [loss_sum, tokens, votes]
+            tf.distribute.ReduceOp.SUM, list(gradients) + scalars
         )
-        gradients, (loss_sum, tokens, votes) = reduced[:-3], reduced[-3:]
+        gradients, scalars = reduced[: len(gradients)], reduced[len(gradients) :]
+        (loss_sum, tokens, votes), noise = scalars[:3], scalars[3:]
+        self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
         # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
         # rows absent from the batch are not decayed), which would make an accumulated
         # update differ from the big-batch one. Dense is T2T's MultistepAdam (T2T's
@@ -240,6 +355,9 @@ class TrainStep:
             scale *= self.loss_scale.unscale_factor()
         gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
         variables = self.model.trainable_variables
+        measured = {}
+        if noise:
+            measured["noise_scale"] = self._measure_noise(gradients, tokens, noise)
         if self.weight_decay > 0:
             gradients = [
                 _add_weight_decay(g, v, self.weight_decay)
@@ -268,7 +386,20 @@ class TrainStep:
             "window_tokens": tokens,
             "stop_votes": votes,
             "grad_norm": norm,
+            **measured,
         }
+
+    def _measure_noise(self, gradients, tokens, noise):
+        """The noise scale after folding in this update (`gradients`: the
+        window's normalized, unscaled gradient, before weight decay)."""
+        square_sum, inverse_tokens, count = noise
+        if self.loss_scale is not None:  # micro-batch norms were of scaled losses
+            square_sum *= tf.square(self.loss_scale.unscale_factor())
+        big_square = tf.square(tf.linalg.global_norm(gradients))
+        valid = tf.math.is_finite(big_square) & tf.math.is_finite(square_sum)
+        return self.noise_scale.update(
+            square_sum, inverse_tokens, count, big_square, tokens, valid
+        )
 
     def _apply_or_skip(self, finite, overflow, gradients, clipped):
         """tf.cond(finite, apply, skip), placed where tf.distribute allows it; a

@@ -9,7 +9,7 @@ import time
 
 from absl import logging
 
-from t2t_lite.optim.schedule import accumulate_steps
+from t2t_lite.optim.batch_schedule import window_plan
 from t2t_lite.training.hooks import Loop, default_hooks
 from t2t_lite.training.open_run import OpenRun
 from t2t_lite.training.preemption import StopRequest
@@ -29,7 +29,15 @@ __all__ = [
 
 def simulation_line(hp, replicas):
     """The start-up line stating what a micro-step and an update stand for."""
-    n = accumulate_steps(hp, replicas)
+    plan = window_plan(hp, replicas)
+    if not plan.constant:
+        first = plan.tokens(0)
+        return (
+            f"micro-batch {hp.batch_size} tokens × {replicas} replica"
+            f"{'s' if replicas != 1 else ''}, {plan.describe()}: the first update "
+            f"{plan.size(0)} accumulation steps = {first} tokens/update"
+        )
+    n = plan.n
     per_update = hp.batch_size * n * replicas
     line = (
         f"micro-batch {hp.batch_size} tokens × {n} accumulation steps × "
@@ -84,33 +92,53 @@ class Trainer(OpenRun):
             self.run_log.close()
 
     def _warn_about_an_incomplete_window(self):
-        left_over = self.config.train_steps % self.n
-        if left_over:
+        train_steps = self.config.train_steps
+        updates = self.plan.train_updates(train_steps)
+        if updates != int(updates) and self.plan.kind != "adaptive":
             logging.warning(
-                "train_steps=%d is not a multiple of %d accumulation steps: the last "
+                "train_steps=%d does not end an accumulation window (%s): the last "
                 "%d micro-batches will not reach the weights.",
-                self.config.train_steps,
-                self.n,
-                left_over,
+                train_steps,
+                self.plan.describe(),
+                round((updates - int(updates)) * self.plan.size(int(updates))),
             )
 
     def _loop(self, inputs, loop):
-        """Steps from loop.start to train_steps; the hooks do everything else."""
+        """Micro-steps from loop.start to train_steps, window by window (each
+        window's size is decided when it starts, training/train_step.py); the
+        hooks do everything else."""
         self.notify("begin", loop)
-        for step in range(loop.start, self.config.train_steps):
-            began = time.perf_counter()
-            batch = inputs.next()
-            self.notify("on_input", time.perf_counter() - began)
-            if loop.many_workers and loop.stop.requested:
-                self.step.request_stop()  # the vote travels with the next all-reduce
-            began = time.perf_counter()
-            loop.out = self.step(batch, step)
-            self.notify("on_step", step, time.perf_counter() - began)
-            loop.done, loop.record = step + 1, None
-            for hook in self.hooks:
-                if hasattr(hook, "after_step"):
-                    hook.after_step(loop)
-                if loop.finished:
+        step, train_steps, last_size = loop.start, self.config.train_steps, None
+        for size, position in self.step.windows(self._decided):
+            if size != last_size and not self.plan.constant:
+                self.run_log.window_size(step, size, last_size)
+                last_size = size
+            for position in range(position, size):
+                if self._micro_step(inputs, loop, step, position + 1 == size):
                     return loop.result
-        self.notify("at_end", loop)
-        return loop.result
+                step += 1
+                if step == train_steps:  # not a step more, nor a window more
+                    self.notify("at_end", loop)
+                    return loop.result
+
+    def _micro_step(self, inputs, loop, step, closes_window):
+        """One micro-step, then the hooks; True when one of them ended the loop."""
+        began = time.perf_counter()
+        batch = inputs.next()
+        self.notify("on_input", time.perf_counter() - began)
+        if loop.many_workers and loop.stop.requested:
+            self.step.request_stop()  # the vote travels with the next all-reduce
+        began = time.perf_counter()
+        loop.out = self.step.train_on(batch, closes_window)
+        self.notify("on_step", step, time.perf_counter() - began)
+        loop.done, loop.record = step + 1, None
+        for hook in self.hooks:
+            if hasattr(hook, "after_step"):
+                hook.after_step(loop)
+            if loop.finished:
+                return True
+        return False
+
+    def _decided(self, update, old, new):
+        """An adaptive batch's decision: logged, and in metrics.jsonl."""
+        self.run_log.batch_decision(update, old, new, self.step.noise_scale_value())

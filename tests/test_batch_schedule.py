@@ -1,0 +1,350 @@
+"""Batch-size schedules, the gradient noise scale and the adaptive batch
+(docs/design.md §2.7, §2.8): the plans' window sizes and update counts, exact
+equivalence with a hand-written reference for windows of varying size, resuming
+inside a window at a ramp boundary, the noise scale on a problem with a known answer,
+adaptive decisions across a resume, and bad schedules."""
+
+import functools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
+from cli_helpers import run_json_script
+from window_reference import (
+    MICRO,
+    RAMP,
+    Reference,
+    drive,
+    hparams,
+    ratio,
+    split_into_windows,
+)
+
+import t2t_lite  # noqa: F401  (registers everything)
+from t2t_lite import hparams_checks
+from t2t_lite.hparams import HParamsError
+from t2t_lite.optim.batch_schedule import (
+    BatchScheduleError,
+    parse_batch_size_schedule,
+    window_plan,
+)
+from t2t_lite.registry import MODELS
+from t2t_lite.training.build import build_run
+
+# --- plans ------------------------------------------------------------------------
+
+
+def _count_updates(plan, train_steps):
+    """Whole windows in train_steps micro-steps, plus the unfinished fraction,
+    by walking the windows one by one."""
+    steps = updates = 0
+    while steps + plan.size(updates) <= train_steps:
+        steps += plan.size(updates)
+        updates += 1
+    return updates + (train_steps - steps) / plan.size(updates)
+
+
+def test_linear_ramp_sizes_and_update_count():
+    plan = parse_batch_size_schedule("linear:100,400,3", batch_size=50, replicas=2)
+    # target 100, 200, 300, 400, 400 tokens over micro-steps of 50 × 2 replicas:
+    assert [plan.size(u) for u in range(6)] == [1, 2, 3, 4, 4, 4]
+    for train_steps in (1, 3, 6, 10, 11, 37):
+        assert plan.train_updates(train_steps) == pytest.approx(
+            _count_updates(plan, train_steps)
+        )
+    assert plan.train_updates(10) == 4.0  # 1 + 2 + 3 + 4 micro-steps
+
+
+def test_steps_schedule_rounds_up_to_whole_micro_batches():
+    plan = parse_batch_size_schedule("steps:0=100,2=250,5=1000", batch_size=100)
+    assert [plan.size(u) for u in range(7)] == [1, 1, 3, 3, 3, 10, 10]
+    assert plan.tokens(2) == 300
+    for train_steps in (2, 5, 11, 12, 40):
+        assert plan.train_updates(train_steps) == pytest.approx(
+            _count_updates(plan, train_steps)
+        )
+
+
+def test_a_fixed_n_and_effective_batch_size_are_the_constant_plan():
+    fixed = window_plan(tiny_hparams(optimizer_multistep_accumulate_steps=3))
+    assert fixed.constant and fixed.size(0) == fixed.size(10**6) == 3
+    assert fixed.train_updates(10) == pytest.approx(10 / 3)  # as before windows
+    effective = window_plan(tiny_hparams(effective_batch_size=500), replicas=2)
+    assert effective.n == -(-500 // (tiny_hparams().batch_size * 2))
+
+
+@pytest.mark.parametrize(
+    "schedule, words",
+    [
+        ("linear:100,200", ["linear takes START,END,UPDATES"]),
+        ("linear:100,200,0", ["must last >= 1 update"]),
+        ("steps:5=100", ["start at 0 and increase"]),
+        ("steps:0=100,0=200", ["start at 0 and increase"]),
+        ("steps:0:100", ["UPDATE=TOKENS"]),
+        ("linear:a,b,c", ["must be integers"]),
+        ("ramp:1,2,3", ["unknown kind 'ramp'"]),
+        ("8192", ["expected linear:"]),
+        ("adaptive:400,200", ["MIN 400 is larger than MAX 200"]),
+        ("adaptive:100,200,0", ["EVERY must be >= 1"]),
+        ("linear:50,400,10", ["50 tokens per update", "less than one micro-batch"]),
+        ("steps:0=100,3=20", ["20 tokens per update"]),
+    ],
+)
+def test_bad_schedules_are_one_line_errors(schedule, words):
+    with pytest.raises(BatchScheduleError) as error:
+        parse_batch_size_schedule(schedule, batch_size=100)
+    message = str(error.value)
+    assert "\n" not in message and f"'{schedule}'" in message
+    for word in words:
+        assert word in message
+
+
+def test_bad_schedules_are_refused_with_the_hparams():
+    with pytest.raises(HParamsError, match="both set the accumulation steps"):
+        hparams_checks.validate(
+            tiny_hparams(batch_size_schedule=RAMP, optimizer_multistep_accumulate_steps=2)
+        )
+    with pytest.raises(HParamsError, match="linear_decay"):
+        hparams_checks.validate(
+            hparams("sgd", schedule=f"adaptive:{2 * MICRO},{8 * MICRO}")
+        )
+    with pytest.raises(HParamsError, match="needs log_noise_scale"):
+        hparams_checks.validate(
+            tiny_hparams(
+                batch_size=MICRO,
+                batch_size_schedule=f"adaptive:{2 * MICRO},{8 * MICRO}",
+                log_noise_scale=False,
+            )
+        )
+    with pytest.raises(BatchScheduleError, match="less than one micro-batch"):
+        hparams_checks.validate(tiny_hparams(batch_size=200, batch_size_schedule=RAMP))
+
+
+# --- exactness --------------------------------------------------------------------
+
+WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
+
+
+@functools.cache
+def _start_weights():
+    return tuple(build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model.get_weights())
+
+
+def _micro_batches():
+    return [
+        {k: tf.constant(v) for k, v in b.items()}
+        for b in uneven_micro_batches(sum(WINDOWS), seed=3)
+    ]
+
+
+def _run(optimizer, train_steps=sum(WINDOWS)):
+    return build_run(
+        hparams(optimizer),
+        vocab_size=VOCAB,
+        train_steps=train_steps,
+        initial_weights=list(_start_weights()),
+    )
+
+
+@functools.cache
+def _whole(optimizer):
+    """(run, window sizes met) after all of WINDOWS, uninterrupted."""
+    run = _run(optimizer)
+    return run, drive(run.step, _micro_batches())
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+def test_a_ramp_equals_big_batches_of_its_windows(optimizer):
+    run, sizes = _whole(optimizer)
+    micro = _micro_batches()
+    assert sizes == WINDOWS
+    assert run.step.update_step == len(WINDOWS) and run.step.micro_step == len(micro)
+    reference = Reference(hparams(optimizer))
+    numpy_micro = uneven_micro_batches(sum(WINDOWS), seed=3)
+    weights, velocity = reference(
+        list(_start_weights()),
+        split_into_windows(numpy_micro, WINDOWS),
+        optimizer,
+        total_updates=len(WINDOWS),
+    )
+    assert ratio([v.numpy() for v in run.model.trainable_variables], weights) < 1
+    if optimizer == "momentum":
+        slots = [tf.convert_to_tensor(s).numpy() for s in run.optimizer.momentums]
+        assert ratio(slots, velocity) < 1
+    # linear_decay ends exactly at the last update: the rate the run would use next
+    # is 0 and the last one it used is not.
+    assert float(run.schedule(len(WINDOWS))) == 0.0
+    assert float(run.schedule(len(WINDOWS) - 1)) > 0.0
+
+
+def test_a_run_stopped_inside_a_window_at_a_ramp_boundary_resumes_exactly(tmp_path):
+    micro = _micro_batches()
+    whole, _ = _whole("momentum")
+    first = _run("momentum")
+    # 3 micro-steps: windows 1 and 1, then the first micro-batch of the first
+    # window of 2 (where the ramp steps up).
+    assert drive(first.step, micro, stop_after=3) == [1, 1, 2]
+    assert first.step.window() == (2, 1)
+    path = first.checkpoint().save(str(tmp_path / "ckpt"))
+    resumed = _run("momentum")
+    resumed.checkpoint().restore(path).assert_consumed()
+    assert resumed.step.window() == (2, 1) and resumed.step.micro_step == 3
+    assert drive(resumed.step, micro[3:]) == [2, 2, 4, 4]
+    assert ratio(
+        [v.numpy() for v in resumed.model.trainable_variables],
+        [v.numpy() for v in whole.model.trainable_variables],
+        rtol=1e-6,
+    ) < 1
+    assert resumed.step.update_step == whole.step.update_step == len(WINDOWS)
+    assert int(resumed.step.tokens_seen) == int(whole.step.tokens_seen) > 0
+
+
+def test_a_ramp_on_two_replicas_equals_big_batches_of_its_windows():
+    report = run_json_script("batch_schedule_replicas.py")
+    assert report["sizes"] == WINDOWS and report["updates"] == len(WINDOWS)
+    assert report["weights_ratio"] < 1 and report["slots_ratio"] < 1
+    assert report["noise_scale"] is not None and report["noise_scale"] > 0
+
+
+# --- the noise scale --------------------------------------------------------------
+
+TARGET_IDS = np.array([0, 8, 4, 2, 1, 1, 1, 1], float) / 18  # ids 1..7; 0 is padding
+
+
+class LogitBias(keras.Model):
+    """Logits that are one learned vector, whatever the input: a token's gradient
+    is softmax(b) − onehot(target), so with targets drawn from p and b = 0 the
+    truth is known, |G|² = |uniform − p|² and tr(Σ) = 1 − Σ p²."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.logit_bias = self.add_weight(
+            shape=(vocab_size,), initializer="zeros", name="logit_bias"
+        )
+
+    @classmethod
+    def from_hparams(cls, hp, vocab_size):
+        del hp
+        return cls(vocab_size)
+
+    def call(self, features, training=False):
+        targets = features["targets"]
+        shape = tf.concat([tf.shape(targets), [self.vocab_size]], 0)
+        return tf.broadcast_to(self.logit_bias, shape)
+
+
+MODELS.add("logit_bias", LogitBias)
+
+
+def _sampled_batches(rng, count, p):
+    """Micro-batches of 1-3 rows of 2-8 targets drawn from p, each row cut at a
+    random length (0-padded): token counts differ from one micro-batch to the next."""
+    out = []
+    for _ in range(count):
+        rows, length = rng.integers(1, 4), rng.integers(2, 9)
+        targets = rng.choice(len(p), size=(rows, length), p=p).astype(np.int32)
+        for row in range(rows):
+            targets[row, rng.integers(1, length + 1) :] = 0
+        out.append(
+            {"inputs": tf.ones([rows, 2], tf.int32), "targets": tf.constant(targets)}
+        )
+    return out
+
+
+def _noise_scale_run(p, updates, schedule="", n=4, rate=0.0):
+    """A run of LogitBias on len(p) ids; rate 0: the truth does not move."""
+    hp = tiny_hparams(
+        optimizer="sgd",
+        batch_size=8,
+        optimizer_multistep_accumulate_steps=1 if schedule else n,
+        batch_size_schedule=schedule,
+        learning_rate_schedule="constant",
+        learning_rate_constant=rate,
+        label_smoothing=0.0,
+        noise_scale_decay=0.995,
+    )
+    hparams_checks.validate(hp, model=None)
+    return build_run(hp, vocab_size=len(p), train_steps=updates * n, model="logit_bias")
+
+
+def test_the_noise_scale_estimate_is_within_15_percent_of_the_truth():
+    uniform = np.full(len(TARGET_IDS), 1 / len(TARGET_IDS))
+    truth = (1 - np.sum(TARGET_IDS**2)) / np.sum((uniform - TARGET_IDS) ** 2)
+    run = _noise_scale_run(TARGET_IDS, updates=800)
+    batches = _sampled_batches(np.random.default_rng(0), 800 * 4, TARGET_IDS)
+    for i, batch in enumerate(batches):
+        out = run.step(batch, i)
+    estimate = run.step.noise_scale_value()
+    assert float(out["noise_scale"][0]) == pytest.approx(estimate)
+    assert abs(estimate / truth - 1) < 0.15, (estimate, truth)
+
+
+def test_without_noise_the_noise_scale_is_near_zero():
+    certain = np.zeros(len(TARGET_IDS))
+    certain[3] = 1.0
+    run = _noise_scale_run(certain, updates=50)
+    for i, batch in enumerate(_sampled_batches(np.random.default_rng(1), 200, certain)):
+        run.step(batch, i)
+    uniform = np.full(len(TARGET_IDS), 1 / len(TARGET_IDS))
+    gradient_square = np.sum((uniform - certain) ** 2)
+    assert float(run.step.noise_scale.gradient_average) > 0
+    # B_simple = tr(Σ) / |G|² with tr(Σ) = 0: float error only.
+    assert abs(float(run.step.noise_scale.value())) < 1e-4 / gradient_square
+
+
+def test_the_noise_scale_is_not_measured_without_two_micro_batches():
+    run = _noise_scale_run(TARGET_IDS, updates=4, n=1)
+    assert run.step.noise_scale is None and run.step.noise_scale_value() is None
+
+
+# --- the adaptive batch -----------------------------------------------------------
+
+# Targets uniform over ids 1..7 (logits uniform over 8): B_simple ≈ 48 tokens.
+FLAT = np.array([0.0] + [1 / 7] * 7)
+ADAPTIVE = "adaptive:16,128,5"  # 2 micro-batches of 8 tokens to 16, deciding every 5
+
+
+def _drive_adaptive(run, batches, stop_after=None):
+    """Feeds batches window by window; returns the decisions (update, old, new)."""
+    decisions, fed = [], 0
+    limit = len(batches) if stop_after is None else stop_after
+    for size, position in run.step.windows(lambda *d: decisions.append(d)):
+        for position in range(position, size):
+            run.step.train_on(batches[fed], position + 1 == size)
+            fed += 1
+            if fed == limit:
+                return decisions
+
+
+def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):
+    batches = _sampled_batches(np.random.default_rng(2), 200, FLAT)
+    whole = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05)
+    decisions = _drive_adaptive(whole, batches)
+    assert [d[0] for d in decisions] == [5 * k for k in range(1, len(decisions) + 1)]
+    assert len(decisions) >= 3
+    for _, old, new in decisions:
+        assert 16 <= old <= new <= min(2 * old, 128)  # never shrinks, at most doubles
+    assert decisions[-1][2] > 16  # the measured scale (≈ 48 tokens) grew the batch
+    # Stopped inside a window after the second decision, saved, resumed:
+    first = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05)
+    cut = 47
+    before = _drive_adaptive(first, batches, stop_after=cut)
+    path = first.checkpoint().save(str(tmp_path / "ckpt"))
+    resumed = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05)
+    resumed.checkpoint().restore(path).assert_consumed()
+    after = _drive_adaptive(resumed, batches[cut:])
+    assert before and after and before + after == decisions
+    assert resumed.step.plan.target == whole.step.plan.target
+    assert ratio(
+        [v.numpy() for v in resumed.model.trainable_variables],
+        [v.numpy() for v in whole.model.trainable_variables],
+        rtol=1e-6,
+    ) < 1
+
+
+def test_an_adaptive_minimum_must_allow_two_micro_batches():
+    with pytest.raises(BatchScheduleError, match="two micro-batches"):
+        parse_batch_size_schedule("adaptive:8,64", batch_size=8)

@@ -1,0 +1,123 @@
+"""Windows of varying size, by hand: the reference the batch-size schedule tests
+compare TrainStep with (docs/design.md §2.7), and the driver that feeds a TrainStep
+window by window as the trainer's loop does.
+
+    g(u)      = Σ ∇(token loss sums of window u's micro-batches) / Σ their tokens
+    sgd:      w ← w − lr(u) · g(u)
+    momentum: v ← μ·v − lr(u) · g(u);  w ← w + v
+
+with lr(u) = CONSTANT · linear_decay(u) = CONSTANT · (U − u) / DECAY: distinct at every
+update. The reference's only shared parts are the model's forward pass and token_loss
+(what "the loss" means); it never touches TrainStep, the accumulator or an optimizer
+class.
+"""
+
+import numpy as np
+import tensorflow as tf
+from accumulation_helpers import VOCAB, tiny_hparams
+
+from t2t_lite.models.losses import token_loss
+from t2t_lite.training.build import build_run
+
+CONSTANT, MOMENTUM, DECAY = 0.5, 0.9, 100
+MICRO = 64  # batch_size: the tokens one micro-batch stands for in the schedules
+RAMP = f"steps:0={MICRO},2={2 * MICRO},4={4 * MICRO}"  # windows of 1, 1, 2, 2, 4, 4…
+
+
+def hparams(optimizer, schedule=RAMP, replicas=1, **overrides):
+    """tiny_hparams with the ramp, in tokens over all replicas."""
+    if schedule == RAMP and replicas > 1:
+        schedule = ",".join(
+            f"{u}={t * replicas}"
+            for u, t in ((0, MICRO), (2, 2 * MICRO), (4, 4 * MICRO))
+        )
+        schedule = "steps:" + schedule
+    return tiny_hparams(
+        optimizer=optimizer,
+        batch_size=MICRO,
+        batch_size_schedule=schedule,
+        learning_rate_schedule="constant*linear_decay",
+        learning_rate_constant=CONSTANT,
+        learning_rate_decay_steps=DECAY,
+        optimizer_momentum_momentum=MOMENTUM,
+        **overrides,
+    )
+
+
+def drive(step, batches, stop_after=None):
+    """Feeds `batches` to `step` window by window (TrainStep.windows, as the
+    trainer's loop); returns the window sizes met. stop_after: micro-steps to run,
+    possibly ending inside a window."""
+    sizes, fed = [], 0
+    limit = len(batches) if stop_after is None else stop_after
+    for size, position in step.windows():
+        sizes.append(size)
+        for position in range(position, size):
+            step.train_on(batches[fed], position + 1 == size)
+            fed += 1
+            if fed == limit:
+                return sizes
+
+
+class Reference:
+    """The update rules above in numpy, on gradients of a plain copy of the model."""
+
+    def __init__(self, hp):
+        self.model = build_run(hp, vocab_size=VOCAB, train_steps=1).model
+        signature = {
+            key: tf.TensorSpec([None, None], tf.int32) for key in ("inputs", "targets")
+        }
+        self.gradients = tf.function(self._gradients, input_signature=[signature])
+        self.label_smoothing = hp.label_smoothing
+
+    def _gradients(self, batch):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss_sum, count = token_loss(
+                self.model(batch, training=True), batch["targets"], self.label_smoothing
+            )
+        grads = tape.gradient(loss_sum, variables)
+        return [tf.convert_to_tensor(g) for g in grads], count
+
+    def __call__(self, start, windows, optimizer, total_updates):
+        """(weights, momentum) after one update per window (a list of lists of
+        numpy batches); linear_decay counts down from total_updates."""
+        self.model.set_weights(start)
+        variables = self.model.trainable_variables
+        weights = [v.numpy().astype(np.float64) for v in variables]
+        velocity = [np.zeros_like(w) for w in weights]
+        for u, window in enumerate(windows):
+            for v, w in zip(variables, weights):
+                v.assign(w.astype(np.float32))
+            total, tokens = [np.zeros_like(w) for w in weights], 0.0
+            for batch in window:
+                grads, count = self.gradients(
+                    {k: tf.constant(b) for k, b in batch.items()}
+                )
+                total = [t + g.numpy() for t, g in zip(total, grads)]
+                tokens += float(count)
+            gradient = [t / tokens for t in total]
+            rate = CONSTANT * min(max((total_updates - u) / DECAY, 0.0), 1.0)
+            if optimizer == "sgd":
+                weights = [w - rate * g for w, g in zip(weights, gradient)]
+            else:
+                velocity = [MOMENTUM * v - rate * g for v, g in zip(velocity, gradient)]
+                weights = [w + v for w, v in zip(weights, velocity)]
+        return weights, velocity
+
+
+def split_into_windows(items, sizes):
+    """items cut into consecutive groups of the given sizes."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(items[start : start + size])
+        start += size
+    return out
+
+
+def ratio(actual, expected, rtol=1e-5, atol=1e-7):
+    """max |a − e| / (rtol·|e| + atol) over all arrays; < 1 means equal."""
+    return max(
+        float(np.max(np.abs(np.asarray(a) - e) / (rtol * np.abs(e) + atol)))
+        for a, e in zip(actual, expected)
+    )
