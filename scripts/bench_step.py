@@ -15,7 +15,12 @@ Configurations take turns (benchlib.interleave); the report gives target tokens/
 per round and the median ratio to the first configuration. `--op_stats` prints the
 TF profiler's op-type table of each configuration once (where the time goes).
 
+`--variants=LABEL=HPARAMS;...` adds hparam overrides per configuration, e.g. the
+gradient noise scale's cost:
+
   python scripts/bench_step.py --dtypes=float32,bfloat16 --rounds=3
+  python scripts/bench_step.py --dtypes=float32 --rounds=5 \
+    --variants="off=log_noise_scale=false;on=log_noise_scale=true"
   mkdir /tmp/before && git archive HEAD t2t_lite | tar -x -C /tmp/before
   python scripts/bench_step.py --packages=before=/tmp/before --dtypes=float32
 """
@@ -89,6 +94,8 @@ def child(args):
     overrides = TRANSLATION_HPARAMS  # (older copies do not know activation_dtype)
     if args.dtype != "float32":
         overrides += f",activation_dtype={args.dtype}"
+    if args.overrides:
+        overrides += "," + args.overrides
     hp = benchlib.hparams("transformer_base", overrides)
     run = benchlib.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
     batches = translation_batches(hp, args.batches)
@@ -139,6 +146,12 @@ def parse_args(argv):
     p.add_argument("--batches", type=int, default=24, help="distinct micro-batches")
     p.add_argument("--steps", type=int, default=48, help="timed micro-steps")
     p.add_argument("--op_stats", action="store_true")
+    p.add_argument(
+        "--variants",
+        default="",
+        help="LABEL=HPARAMS;...: hparam overrides, one configuration each",
+    )
+    p.add_argument("--overrides", default="", help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -153,14 +166,19 @@ def main(argv):
     benchlib.print_start()
     packages = [item.split("=", 1) for item in args.packages.split(",") if item]
     packages.append(("current", ""))
+    variants = [item.split("=", 1) for item in args.variants.split(";") if item]
     configs = [
-        (label, path, d) for label, path in packages for d in args.dtypes.split(",")
+        (f"{label} {variant}".strip(), path, d, overrides)
+        for label, path in packages
+        for d in args.dtypes.split(",")
+        for variant, overrides in variants or [("", "")]
     ]
     results = {config: [] for config in configs}
 
     def run_one(config, round_index):
-        _, path, dtype = config
+        _, path, dtype, overrides = config
         flags = [f"--dtype={dtype}", f"--batches={args.batches}"]
+        flags += [f"--overrides={overrides}"]
         flags += [f"--steps={args.steps}"]
         if args.op_stats and round_index == 0:
             flags.append("--op_stats")

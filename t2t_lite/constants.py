@@ -11,3 +11,6 @@ NEG_INF = -1e9  # T2T's large negative attention bias / score for excluded posit
 # What an evaluation reports (metrics.jsonl, TensorBoard eval/, the best checkpoint,
 # early stopping, t2t-plot): bleu only for problems with dev text and BLEU enabled.
 EVAL_METRICS = ("loss", "accuracy", "sequence_accuracy", "bleu")
+# How the batch went (TensorBoard train/, metrics.jsonl, t2t-plot): the planned tokens
+# per update and the gradient noise scale (training/noise_scale.py), both in tokens.
+BATCH_CURVES = ("noise_scale", "tokens_per_update")

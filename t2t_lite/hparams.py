@@ -165,8 +165,23 @@ class HParams:
         return f"HParams({items})"
 
 
+def _pieces(text):
+    """text split at commas, except a comma followed by a digit, which continues
+    the value before it: no hparam name starts with a digit, and values such as
+    batch_size_schedule's linear:8192,65536,2000 or steps:0=8192,1000=32768 hold
+    commas."""
+    pieces = []
+    for piece in text.split(","):
+        if pieces and piece[:1].isdigit():
+            pieces[-1] += "," + piece
+        else:
+            pieces.append(piece)
+    return pieces
+
+
 def parse_overrides(text):
-    """Splits "a=1,b=x" into {"a": "1", "b": "x"}; values stay strings.
+    """Splits "a=1,b=x" into {"a": "1", "b": "x"}; values stay strings (a comma
+    followed by a digit stays in the value, see _pieces).
 
     Raises HParamsError naming the offending piece for empty keys, missing '=' or a key
     given twice.
@@ -174,7 +189,7 @@ def parse_overrides(text):
     result = {}
     if not text or not text.strip():
         return result
-    for piece in text.split(","):
+    for piece in _pieces(text):
         if not piece.strip():
             continue
         key, sep, value = piece.partition("=")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
-from cli_helpers import run_json_script
+from cli_helpers import assert_user_error, run_cli, run_json_script
 from window_reference import (
     MICRO,
     RAMP,
@@ -120,6 +120,28 @@ def test_bad_schedules_are_refused_with_the_hparams():
         )
     with pytest.raises(BatchScheduleError, match="less than one micro-batch"):
         hparams_checks.validate(tiny_hparams(batch_size=200, batch_size_schedule=RAMP))
+
+
+@pytest.mark.parametrize(
+    "schedule, fragment",
+    [
+        ("linear:1024,2048", "linear takes START,END,UPDATES"),
+        ("adaptive:2048,1024", "MIN 2048 is larger than MAX 1024"),
+        ("steps:0=100", "less than one micro-batch"),
+    ],
+)
+def test_t2t_trainer_refuses_a_bad_schedule_before_writing(tmp_path, schedule, fragment):
+    out = tmp_path / "run"
+    result = run_cli(
+        "trainer",
+        "--problem=algorithmic_reverse",
+        "--hparams_set=transformer_test",
+        f"--hparams=batch_size_schedule={schedule}",
+        f"--output_dir={out}",
+        "--train_steps=2",
+    )
+    assert_user_error(result, "t2t-trainer", "batch_size_schedule", fragment)
+    assert not out.exists()
 
 
 # --- exactness --------------------------------------------------------------------

@@ -33,7 +33,7 @@ def _build(n, **overrides):
     )
 
 
-def _build_counting(n):
+def _build_counting(n, **overrides):
     """(run, every variable created while building it), via a creator scope, so a
     variable that no attribute or checkpoint lists is counted too."""
     created = []
@@ -43,7 +43,7 @@ def _build_counting(n):
         return created[-1]
 
     with tf.variable_creator_scope(creator):
-        run = _build(n)
+        run = _build(n, **overrides)
     return run, created
 
 
@@ -88,18 +88,23 @@ def test_accumulators_are_one_float32_copy_of_the_trainable_variables(dtype):
 
 def test_accumulation_adds_exactly_the_accumulator_variables():
     """Everything a run holds (model, optimizer slots, accumulators, counters), n=N
-    minus n=1: the accumulators and nothing else, all of them checkpointed."""
+    minus n=1: the accumulators and the noise scale's six scalars (on by default
+    when windows hold several micro-batches) and nothing else, all checkpointed."""
     run_1, created_1 = _build_counting(1)
     run_n, created_n = _build_counting(N)
-    assert run_1.step.accumulator is None
+    assert run_1.step.accumulator is None and run_1.step.noise_scale is None
     trainable = len(run_n.model.trainable_variables)
-    assert len(created_n) - len(created_1) == trainable + 2
+    added = run_n.step.accumulator.variables + run_n.step.noise_scale.variables
+    assert len(run_n.step.noise_scale.variables) == 6
+    assert len(created_n) - len(created_1) == trainable + 2 + 6 == len(added)
     extra = _checkpointed_variables(run_n)
-    assert len(extra) - len(_checkpointed_variables(run_1)) == trainable + 2
-    assert {id(v) for v in run_n.step.accumulator.variables} <= {id(v) for v in extra}
-    assert _nbytes(created_n) - _nbytes(created_1) == _nbytes(
-        run_n.step.accumulator.variables
-    )
+    assert len(extra) - len(_checkpointed_variables(run_1)) == trainable + 2 + 6
+    assert {id(v) for v in added} <= {id(v) for v in extra}
+    assert _nbytes(created_n) - _nbytes(created_1) == _nbytes(added)
+    # Without the noise scale: the accumulators alone.
+    run_off, created_off = _build_counting(N, log_noise_scale=False)
+    assert run_off.step.noise_scale is None
+    assert len(created_off) - len(created_1) == trainable + 2
 
 
 @dataclasses.dataclass

@@ -248,4 +248,42 @@ def test_plot_of_a_real_tiny_run(tmp_path):
     plot_file = tmp_path / "real.png"
     plotted = run_cli("plot", f"--output_dir={output_dir}", f"--plot_file={plot_file}")
     assert plotted.returncode == 0, plotted.stderr[-2000:]
-    assert _png_size(plot_file)[0] == 1200
+    # Columns updates, tokens trained on (the run records them) and time:
+    assert _png_size(plot_file)[0] == 1800
+    tokens = result.dev["loss"].tokens
+    assert None not in tokens and tokens == sorted(tokens) and tokens[0] > 0
+
+
+def test_a_ramped_run_plots_against_tokens_with_its_noise_scale(tmp_path):
+    """Windows that vary: a training point's update comes from its update_step
+    event, not global_step // n; tokens_seen gives the middle column; the noise
+    scale gets a row."""
+    path = tmp_path / "ramp"
+    records = [
+        _record(6, 4, 2.0, 0.2, tokens_seen=900, noise_scale=300.0),
+        _record(14, 6, 1.5, 0.3, tokens_seen=2100, noise_scale=450.0),
+    ]
+    _write_run(path, records=records)
+    with open(path / "run.json", "w") as f:
+        json.dump({"accumulate_steps": "batch_size_schedule"}, f)
+    writer = tf.summary.create_file_writer(str(path / "train"))
+    with writer.as_default():
+        for step, update, tokens, noise in ((2, 2, 300, 250.0), (6, 4, 900, 300.0)):
+            tf.summary.scalar("loss", 3.0 - update / 4, step=step)
+            tf.summary.scalar("update_step", update, step=step)
+            tf.summary.scalar("tokens_seen", tokens, step=step)
+            tf.summary.scalar("noise_scale", noise, step=step)
+    writer.close()
+    result = curves.read_run(str(path))
+    loss = result.train["loss"]
+    assert loss.updates == [2, 4] and loss.tokens == [300, 900]
+    assert result.train["noise_scale"].values == [250.0, 300.0]
+    assert result.dev["noise_scale"].values == [300.0, 450.0]
+    assert result.dev["loss"].tokens == [900, 2100]
+    assert result.accumulate_steps == 2  # 14 micro-steps / 6 updates, rounded
+    plot_file = tmp_path / "ramp.png"
+    cli = run_cli("plot", f"--output_dir={path}", f"--plot_file={plot_file}")
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert "loss, accuracy, noise_scale of 1 run(s)" in cli.stdout
+    # three columns (updates, tokens, time) of 6 in; three rows of 3.4 in:
+    assert _png_size(plot_file) == (1800, 3 * 340 + 80)

@@ -1,4 +1,5 @@
-"""Trainer-level tests: exact mid-window resume, one trace per function, start-up line."""
+"""Trainer-level tests: exact mid-window resume (a fixed n and a batch-size ramp), one
+trace per function, start-up line."""
 
 import json
 import shutil
@@ -125,3 +126,40 @@ def test_run_json_records_n_and_an_older_run_json_is_completed(tmp_path):
     path.write_text(json.dumps(stored))
     with pytest.raises(UserError, match="accumulate_steps 4, not 3 .effective_batch"):
         _trainer_with(tmp_path, 2, hp)
+
+
+RAMP = "steps:0=256,2=512,4=1024"  # batch_size 256: windows of 1, 1, 2, 2, 4, 4, ...
+
+
+def _ramp_trainer(output_dir, train_steps):
+    return _trainer_with(
+        output_dir, train_steps, transformer_test().override(batch_size_schedule=RAMP)
+    )
+
+
+@pytest.mark.slow
+def test_a_ramp_resumed_inside_a_window_equals_the_uninterrupted_run(tmp_path, caplog):
+    """9 micro-steps are windows 1, 1, 2, 2 and 3 of 4; a run stopped at 5 (inside
+    the second window of 2) and resumed to 9 ends where the uninterrupted one does.
+    Start-up and log lines state the batch; the evaluation records it."""
+    caplog.set_level("INFO")
+    straight = _ramp_trainer(tmp_path / "straight", 9)
+    record = straight.train()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("batch_size_schedule steps:0=256" in line for line in lines)
+    assert any("Batch size grows from 1 at step 2, update 2" in line for line in lines)
+    assert any("Batch size grows from 2 at step 6, update 4" in line for line in lines)
+    assert straight.step.update_step == 4 and straight.step.window() == (4, 3)
+    assert record["tokens_per_update"] == 1024
+    assert record["tokens_seen"] == int(tf.convert_to_tensor(straight.step.tokens_seen))
+    assert record["tokens_seen"] > 0 and record["noise_scale"] > 0
+    with open(tmp_path / "straight" / "metrics.jsonl") as f:
+        stored = json.loads(f.read().splitlines()[-1])
+    assert stored["tokens_per_update"] == 1024 and stored["noise_scale"] > 0
+    first = _ramp_trainer(tmp_path / "resumed", 5)
+    first.train()
+    assert first.step.window() == (2, 1)
+    resumed = _ramp_trainer(tmp_path / "resumed", 9)
+    resumed.train()
+    assert resumed.step.window() == (4, 3) and resumed.step.update_step == 4
+    assert tolerance_ratio(resumed.model, straight.model) < 1

@@ -3,10 +3,13 @@
     t2t-plot --output_dir=runs/fake8,runs/big,runs/small --plot_file=curves.png \\
       --labels="fake GPU (b n=8),big batch (8b),small batch (b)"
 
-One row per metric (loss, accuracy, BLEU when a run has it), plotted against updates
-(left) and against training time (right), every run on the same axes. The training
-loss comes from the run's TensorBoard train/ events (thin, faint line), the dev
-metrics from its metrics.jsonl (solid line with dots).
+One row per metric (loss, accuracy, BLEU when a run has it, the gradient noise scale
+when it was measured), plotted against updates (left), against target tokens trained
+on (middle, for runs that record them) and against training time (right), every run
+on the same axes. The training curves come from the run's TensorBoard train/ events
+(thin, faint line), the dev metrics from its metrics.jsonl (solid line with dots).
+Against tokens, a run whose batch grows (batch_size_schedule) and a fixed-batch run
+compare by the data they consumed.
 
 Compare runs with different accumulation steps n against *updates*: a fake-GPU run
 (micro-batch b, n=8) and a big-batch run (8b, n=1) apply the same number of updates
@@ -22,7 +25,6 @@ import tensorflow as tf
 from absl import flags
 
 from t2t_lite.bin import common
-from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.fileio import write_atomically
 from t2t_lite.runs import curves
@@ -52,9 +54,10 @@ flags.DEFINE_list(
 )
 flags.DEFINE_list(
     "metrics",
-    ["loss", "accuracy", "bleu"],
-    f"Rows of the figure, from {', '.join(EVAL_METRICS)}. A metric no run "
-    "has (BLEU of an algorithmic problem) is left out.",
+    ["loss", "accuracy", "bleu", "noise_scale"],
+    f"Rows of the figure, from {', '.join(curves.CURVES)}. A metric no run "
+    "has (BLEU of an algorithmic problem, the noise scale of a run without "
+    "accumulation) is left out.",
 )
 
 _TITLES = {
@@ -62,7 +65,10 @@ _TITLES = {
     "accuracy": "token accuracy",
     "sequence_accuracy": "sequence accuracy",
     "bleu": "BLEU",
+    "noise_scale": "noise scale (tokens)",
+    "tokens_per_update": "tokens per update",
 }
+_LOG_SCALE = ("loss", "noise_scale")
 
 
 def _check_flags():
@@ -78,11 +84,11 @@ def _check_flags():
             f"--labels has {len(labels)} label(s) but --output_dir has "
             f"{len(runs)} run(s); give one label per run."
         )
-    unknown = [m for m in FLAGS.metrics if m not in EVAL_METRICS]
+    unknown = [m for m in FLAGS.metrics if m not in curves.CURVES]
     if unknown or not FLAGS.metrics:
         raise UserError(
             f"--metrics: unknown metric '{(unknown or [''])[0]}'; choose from "
-            f"{', '.join(EVAL_METRICS)}."
+            f"{', '.join(curves.CURVES)}."
         )
     return runs, labels, list(dict.fromkeys(FLAGS.metrics)), _plot_format()
 
@@ -117,40 +123,60 @@ def _time_unit(runs):
     return ("min", 60.0) if longest > 300 else ("s", 1.0)
 
 
-def _draw(axes_row, curve, color, unit, **style):
-    """Draws one curve against updates (axes_row[0]) and time (axes_row[1])."""
+def _plot_known(ax, xs, values, color, style):
+    """Plots the points whose x is known (not None)."""
+    known = [(x, v) for x, v in zip(xs, values) if x is not None]
+    if known:
+        ax.plot([x for x, _ in known], [v for _, v in known], color=color, **style)
+
+
+def _draw(axes_row, curve, color, unit, with_tokens, **style):
+    """Draws one curve against updates, tokens trained on (with_tokens) and time."""
     axes_row[0].plot(curve.updates, curve.values, color=color, **style)
-    timed = [(s, v) for s, v in zip(curve.seconds, curve.values) if s is not None]
-    if timed:
-        axes_row[1].plot(
-            [s / unit for s, _ in timed], [v for _, v in timed], color=color, **style
-        )
+    if with_tokens:
+        _plot_known(axes_row[1], curve.tokens, curve.values, color, style)
+    seconds = [s / unit if s is not None else None for s in curve.seconds]
+    _plot_known(axes_row[-1], seconds, curve.values, color, style)
+
+
+def _has_tokens(runs):
+    return any(
+        t is not None
+        for run in runs
+        for curve in [*run.train.values(), *run.dev.values()]
+        for t in curve.tokens
+    )
 
 
 def _figure(runs, labels, metrics):
-    """The matplotlib Figure: a row per metric, columns updates and time."""
+    """The matplotlib Figure: a row per metric, columns updates, tokens (when
+    recorded) and time."""
     from matplotlib.figure import Figure  # here, not at the top: only t2t-plot needs it
     from matplotlib.lines import Line2D
 
     unit_name, unit = _time_unit(runs)
-    figure = Figure(figsize=(12, 3.4 * len(metrics) + 0.8), layout="constrained")
-    axes = figure.subplots(len(metrics), 2, squeeze=False)
+    with_tokens = _has_tokens(runs)
+    x_labels = ["updates (optimizer steps)", f"training time ({unit_name})"]
+    if with_tokens:
+        x_labels.insert(1, "target tokens trained on")
+    figure = Figure(
+        figsize=(6 * len(x_labels), 3.4 * len(metrics) + 0.8), layout="constrained"
+    )
+    axes = figure.subplots(len(metrics), len(x_labels), squeeze=False)
     colors = [f"C{i % 10}" for i in range(len(runs))]
     dev_style = {"linewidth": 1.8, "marker": "o", "markersize": 3}
     train_style = {"linewidth": 0.9, "alpha": 0.45}
     for row, metric in zip(axes, metrics):
         for run, color in zip(runs, colors):
             if metric in run.train:
-                _draw(row, run.train[metric], color, unit, **train_style)
+                _draw(row, run.train[metric], color, unit, with_tokens, **train_style)
             if metric in run.dev:
-                _draw(row, run.dev[metric], color, unit, **dev_style)
-        for ax, x in zip(
-            row, ("updates (optimizer steps)", f"training time ({unit_name})")
-        ):
+                _draw(row, run.dev[metric], color, unit, with_tokens, **dev_style)
+        for ax, x in zip(row, x_labels):
             ax.set_xlabel(x)
             ax.set_ylabel(_TITLES[metric])
             ax.grid(True, alpha=0.3)
-            if metric == "loss":
+            if metric in _LOG_SCALE:
                 ax.set_yscale("log")
     handles = [Line2D([], [], color=c, linewidth=2) for c in colors]
     handles += [

@@ -4,13 +4,17 @@ Two sources, both written by the trainer (see runs/run_dir.py for the layout):
 
   OUTPUT_DIR/metrics.jsonl   dev metrics, one record per evaluation: global_step,
                              update_step, loss, accuracy, sequence_accuracy (, bleu),
-                             and in newer runs wall_time and elapsed_seconds
+                             and in newer runs wall_time, elapsed_seconds,
+                             tokens_seen, tokens_per_update (, noise_scale)
   OUTPUT_DIR/train/          TensorBoard events: the training loss (tag "loss"),
-                             stepped in micro-steps (global_step)
+                             stepped in micro-steps (global_step), and in newer runs
+                             update_step, tokens_seen, tokens_per_update, noise_scale
 
-Every point has three x coordinates: micro-steps (global_step), updates (update_step)
-and seconds of training since the run began. A training point's update is
-global_step // n (n = run.json's accumulate_steps). Seconds come from a record's
+Every point has four x coordinates: micro-steps (global_step), updates (update_step),
+target tokens trained on (tokens_seen, None where a run did not record it) and
+seconds of training since the run began. A training point's update is its step's
+update_step event, else global_step // n (n = run.json's accumulate_steps; runs
+older than varying windows). Seconds come from a record's
 elapsed_seconds when it has one; otherwise from TensorBoard's event wall times, on a
 clock that skips the time between a run's segments (a resume) so that a resumed run
 is not charged for the hours it was stopped. Runs written before metrics.jsonl held
@@ -25,11 +29,13 @@ import re
 import tensorflow as tf
 from tensorflow.core.util import event_pb2
 
-from t2t_lite.constants import EVAL_METRICS
+from t2t_lite.constants import BATCH_CURVES, EVAL_METRICS
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.runs.run_dir import METRICS_FILE, RUN_FILE
 
 TRAIN_DIR, EVAL_DIR = "train", "eval"
+CURVES = EVAL_METRICS + BATCH_CURVES  # what a run's curves can hold
+_TRAIN_TAGS = ("loss",) + BATCH_CURVES
 # events.out.tfevents.<time>.<host>.<pid>.<counter>.v2: <host>.<pid> names the process.
 _WRITER = re.compile(r"events\.out\.tfevents\.\d+\.(.+)\.\d+\.v2$")
 
@@ -46,6 +52,7 @@ class Curve:
     updates: list  # update_step: optimizer updates applied
     seconds: list  # training seconds since the run began (or None)
     values: list
+    tokens: list = dataclasses.field(default_factory=list)  # tokens_seen (or None)
 
     def __len__(self):
         return len(self.values)
@@ -56,7 +63,7 @@ class RunCurves:
     """The curves of one run directory."""
 
     path: str
-    accumulate_steps: int  # n: micro-steps per update
+    accumulate_steps: int  # n: micro-steps per update (its mean when windows vary)
     train: dict  # {"loss": Curve} from train/ events
     dev: dict  # {metric: Curve} from metrics.jsonl, for metrics it holds
 
@@ -132,7 +139,8 @@ def _read_metrics(path):
 
 
 def _accumulate_steps(run_dir, records):
-    """n from run.json; else the update/step ratio of the metrics; else 1."""
+    """n from run.json; else (windows that vary, or no run.json) the step/update
+    ratio of the metrics; else 1."""
     path = os.path.join(run_dir, RUN_FILE)
     if tf.io.gfile.exists(path):
         try:
@@ -217,15 +225,20 @@ def _clock(segments):
 
 
 def _train_curves(train_events, n, clock):
+    at_step = {"update_step": {}, "tokens_seen": {}}
+    for tag, step, _, value in train_events:
+        if tag in at_step and value is not None:
+            at_step[tag][step] = value
     curves = {}
     for tag, step, wall_time, value in sorted(train_events, key=lambda e: e[2]):
-        if tag != "loss" or value is None:
+        if tag not in _TRAIN_TAGS or value is None:
             continue
         curve = curves.setdefault(tag, Curve([], [], [], []))
         curve.steps.append(step)
-        curve.updates.append(step // n)
+        curve.updates.append(int(at_step["update_step"].get(step, step // n)))
         curve.seconds.append(clock(wall_time))
         curve.values.append(value)
+        curve.tokens.append(at_step["tokens_seen"].get(step))
     return curves
 
 
@@ -257,7 +270,7 @@ def _record_seconds(records, eval_events, clock):
 def _dev_curves(records, seconds, n):
     curves = {}
     for record, second in zip(records, seconds):
-        for metric in EVAL_METRICS:
+        for metric in CURVES:
             value = record.get(metric)
             if not isinstance(value, (int, float)):
                 continue
@@ -267,6 +280,7 @@ def _dev_curves(records, seconds, n):
             curve.updates.append(record.get("update_step", step // n))
             curve.seconds.append(second)
             curve.values.append(float(value))
+            curve.tokens.append(record.get("tokens_seen"))
     return curves
 
 

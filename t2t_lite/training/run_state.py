@@ -243,6 +243,7 @@ class RunLog:
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)
             tf.summary.scalar("tokens_per_second", tokens_per_s)
+            tf.summary.scalar("update_step", update)  # t2t-plot's x when n varies
             for key, value in facts.items():
                 tf.summary.scalar(key, value)
             tf.summary.scalar(

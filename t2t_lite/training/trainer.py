@@ -35,7 +35,7 @@ def simulation_line(hp, replicas):
         return (
             f"micro-batch {hp.batch_size} tokens × {replicas} replica"
             f"{'s' if replicas != 1 else ''}, {plan.describe()}: the first update "
-            f"{plan.size(0)} accumulation steps = {first} tokens/update"
+            f"{plan.size(0)} accumulation step(s) = {first} tokens/update"
         )
     n = plan.n
     per_update = hp.batch_size * n * replicas
