@@ -20,8 +20,8 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * 2,
 )
 
-from accumulation_helpers import VOCAB, uneven_micro_batches  # noqa: E402
-from window_reference import (  # noqa: E402
+from accumulation_helpers import VOCAB, uneven_micro_batches
+from window_reference import (
     RAMP,
     Reference,
     drive,
@@ -30,7 +30,7 @@ from window_reference import (  # noqa: E402
     split_into_windows,
 )
 
-from t2t_lite.training.build import build_run  # noqa: E402
+from t2t_lite.training.build import build_run
 
 REPLICAS = 2
 WINDOWS = [1, 1, 2, 2, 4, 4]

@@ -173,7 +173,7 @@ def test_micro_batches_really_hold_different_token_counts():
 def test_weight_decay_skips_only_biases_as_t2t_does():
     """T2T decays every variable but rank-1 ones named like a bias: layer-norm
     scales are decayed, Dense biases and layer-norm offsets are not."""
-    from t2t_lite.training.train_step import is_bias
+    from t2t_lite.optim.weight_decay import is_bias
 
     model, _ = build(tiny_hparams(), UPDATES)
     decayed = {

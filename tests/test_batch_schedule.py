@@ -104,7 +104,9 @@ def test_bad_schedules_are_one_line_errors(schedule, words):
 def test_bad_schedules_are_refused_with_the_hparams():
     with pytest.raises(HParamsError, match="both set the accumulation steps"):
         hparams_checks.validate(
-            tiny_hparams(batch_size_schedule=RAMP, optimizer_multistep_accumulate_steps=2)
+            tiny_hparams(
+                batch_size_schedule=RAMP, optimizer_multistep_accumulate_steps=2
+            )
         )
     with pytest.raises(HParamsError, match="linear_decay"):
         hparams_checks.validate(
@@ -130,7 +132,9 @@ def test_bad_schedules_are_refused_with_the_hparams():
         ("steps:0=100", "less than one micro-batch"),
     ],
 )
-def test_t2t_trainer_refuses_a_bad_schedule_before_writing(tmp_path, schedule, fragment):
+def test_t2t_trainer_refuses_a_bad_schedule_before_writing(
+    tmp_path, schedule, fragment
+):
     out = tmp_path / "run"
     result = run_cli(
         "trainer",
@@ -151,7 +155,9 @@ WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
 
 @functools.cache
 def _start_weights():
-    return tuple(build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model.get_weights())
+    return tuple(
+        build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model.get_weights()
+    )
 
 
 def _micro_batches():
@@ -161,11 +167,11 @@ def _micro_batches():
     ]
 
 
-def _run(optimizer, train_steps=sum(WINDOWS)):
+def _run(optimizer):
     return build_run(
         hparams(optimizer),
         vocab_size=VOCAB,
-        train_steps=train_steps,
+        train_steps=sum(WINDOWS),
         initial_weights=list(_start_weights()),
     )
 
@@ -214,11 +220,14 @@ def test_a_run_stopped_inside_a_window_at_a_ramp_boundary_resumes_exactly(tmp_pa
     resumed.checkpoint().restore(path).assert_consumed()
     assert resumed.step.window() == (2, 1) and resumed.step.micro_step == 3
     assert drive(resumed.step, micro[3:]) == [2, 2, 4, 4]
-    assert ratio(
-        [v.numpy() for v in resumed.model.trainable_variables],
-        [v.numpy() for v in whole.model.trainable_variables],
-        rtol=1e-6,
-    ) < 1
+    assert (
+        ratio(
+            [v.numpy() for v in resumed.model.trainable_variables],
+            [v.numpy() for v in whole.model.trainable_variables],
+            rtol=1e-6,
+        )
+        < 1
+    )
     assert resumed.step.update_step == whole.step.update_step == len(WINDOWS)
     assert int(resumed.step.tokens_seen) == int(whole.step.tokens_seen) > 0
 
@@ -333,8 +342,8 @@ def _drive_adaptive(run, batches, stop_after=None):
     """Feeds batches window by window; returns the decisions (update, old, new)."""
     decisions, fed = [], 0
     limit = len(batches) if stop_after is None else stop_after
-    for size, position in run.step.windows(lambda *d: decisions.append(d)):
-        for position in range(position, size):
+    for size, first in run.step.windows(lambda *d: decisions.append(d)):
+        for position in range(first, size):
             run.step.train_on(batches[fed], position + 1 == size)
             fed += 1
             if fed == limit:
@@ -360,11 +369,14 @@ def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):
     after = _drive_adaptive(resumed, batches[cut:])
     assert before and after and before + after == decisions
     assert resumed.step.plan.target == whole.step.plan.target
-    assert ratio(
-        [v.numpy() for v in resumed.model.trainable_variables],
-        [v.numpy() for v in whole.model.trainable_variables],
-        rtol=1e-6,
-    ) < 1
+    assert (
+        ratio(
+            [v.numpy() for v in resumed.model.trainable_variables],
+            [v.numpy() for v in whole.model.trainable_variables],
+            rtol=1e-6,
+        )
+        < 1
+    )
 
 
 def test_an_adaptive_minimum_must_allow_two_micro_batches():

@@ -40,8 +40,9 @@ def test_one_all_reduce_per_update_and_none_in_between(equivalence):
     while the sgd case's functions are traced (once: the counted graphs trained)."""
     assert equivalence["accumulate_groups"] == 0
     assert equivalence["update_groups"] == 1
-    # gradients of every variable + loss + tokens + the workers' stop votes
-    assert equivalence["update_tensors"] == equivalence["variables"] + 3
+    # gradients of every variable + loss + tokens + the workers' stop votes + the
+    # noise scale's three sums (squared norms, inverse token counts, micro-batches)
+    assert equivalence["update_tensors"] == equivalence["variables"] + 3 + 3
     # The control: an all-reduce added to each accumulate micro-step is seen.
     assert equivalence["control_accumulate_groups"] == 1
 

@@ -377,9 +377,7 @@ def test_names_that_would_hide_methods_are_refused(name):
 
 
 def test_a_comma_followed_by_a_digit_stays_in_the_value():
-    hp = _base().parse(
-        "batch_size_schedule=linear:8192,65536,2000,hidden_size=64"
-    )
+    hp = _base().parse("batch_size_schedule=linear:8192,65536,2000,hidden_size=64")
     assert hp.batch_size_schedule == "linear:8192,65536,2000" and hp.hidden_size == 64
     hp = _base().parse("batch_size_schedule=steps:0=8192,1000=32768")
     assert hp.batch_size_schedule == "steps:0=8192,1000=32768"

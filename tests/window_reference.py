@@ -50,9 +50,9 @@ def drive(step, batches, stop_after=None):
     possibly ending inside a window."""
     sizes, fed = [], 0
     limit = len(batches) if stop_after is None else stop_after
-    for size, position in step.windows():
+    for size, first in step.windows():
         sizes.append(size)
-        for position in range(position, size):
+        for position in range(first, size):
             step.train_on(batches[fed], position + 1 == size)
             fed += 1
             if fed == limit:

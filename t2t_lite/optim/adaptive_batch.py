@@ -40,6 +40,10 @@ class AdaptiveWindows:
 
     @property
     def target(self):
+        """Tokens per update now: MIN until the state exists (a plan only read,
+        e.g. for the start-up line)."""
+        if self.state is None:
+            return self.minimum
         return int(tf.convert_to_tensor(self.state.target))
 
     def size(self, update):

@@ -56,3 +56,19 @@ def adafactor(hp, learning_rate):
 def optimizer_from_hparams(hp, learning_rate):
     """The registered optimizer named by hp.optimizer (unknown names: RegistryError)."""
     return OPTIMIZERS.get(hp.optimizer)(hp, learning_rate)
+
+
+def skip_keras_all_reduce(optimizer):
+    """Keras 3's TF optimizers all-reduce gradients inside `apply` when called in a
+    replica context. TrainStep._update has already summed gradients and token counts across
+    replicas in ONE all-reduce (the counts must be summed before normalizing, and the
+    clip norm needs the summed gradient), so a second reduction would multiply the
+    update by the number of replicas. Keras has no public switch; this replaces the
+    private hook on this instance only. The MirroredStrategy equivalence test fails
+    if a Keras release renames it."""
+    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+        raise RuntimeError(
+            "This Keras version has no Optimizer._all_reduce_sum_gradients;"
+            " t2t_lite's single all-reduce per update needs updating."
+        )
+    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars

@@ -149,7 +149,7 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def schedule_from_hparams(hp, train_steps, replicas=1, plan=None):
     """Builds the schedule; `train_steps` counts micro-steps and is turned into
     updates by the run's window plan (`plan`, or the one hp gives on `replicas`)."""
-    from t2t_lite.optim.batch_schedule import window_plan  # noqa: PLC0415 (cycle)
+    from t2t_lite.optim.batch_schedule import window_plan  # here: import cycle
 
     plan = plan or window_plan(hp, replicas)
     config = ScheduleConfig(

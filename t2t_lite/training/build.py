@@ -12,8 +12,8 @@ import dataclasses
 import tensorflow as tf
 
 from t2t_lite.models.factory import build_model
-from t2t_lite.optim.optimizers import optimizer_from_hparams
 from t2t_lite.optim.batch_schedule import window_plan
+from t2t_lite.optim.optimizers import optimizer_from_hparams
 from t2t_lite.optim.schedule import schedule_from_hparams
 from t2t_lite.registry import MODELS
 from t2t_lite.training.loss_scale import DynamicLossScale

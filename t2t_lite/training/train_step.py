@@ -42,7 +42,10 @@ import tensorflow as tf
 from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
 from t2t_lite.optim.batch_schedule import FixedWindows
+from t2t_lite.optim.optimizers import skip_keras_all_reduce
+from t2t_lite.optim.weight_decay import add_weight_decay
 from t2t_lite.training.noise_scale import NoiseScale
+from t2t_lite.training.traced_once import TracedOnce
 
 # Checkpoint items newer than some checkpoints in existence: restoring a checkpoint
 # without one leaves it at its initial value (runs/checkpoints.py, `optional`).
@@ -131,7 +134,7 @@ class TrainStep:
             if getattr(windows, "state", "absent") is None:
                 windows.create_state()  # an adaptive plan's checkpointed target
             self.optimizer.build(model.trainable_variables)
-            _skip_keras_all_reduce(self.optimizer)
+            skip_keras_all_reduce(self.optimizer)
             self.accumulator = (
                 GradientAccumulator(model.trainable_variables) if can_vary else None
             )
@@ -142,7 +145,9 @@ class TrainStep:
         if jit_compile:  # XLA: see _compile
             self._gradients = tf.function(self._gradients, jit_compile=True)
         self.accumulate = self._compile(self._accumulate_body, closes_window=False)
-        self.accumulate_and_update = self._compile(self._update_body, closes_window=True)
+        self.accumulate_and_update = self._compile(
+            self._update_body, closes_window=True
+        )
 
     @property
     def update_step(self):
@@ -265,7 +270,7 @@ class TrainStep:
             return tf.function(
                 self._run(body, closes_window), input_signature=_BATCH_SIGNATURE
             )
-        return _TracedOnce(self._run(body, closes_window), self.strategy)
+        return TracedOnce(self._run(body, closes_window), self.strategy)
 
     # --- replica-level bodies -------------------------------------------------------
 
@@ -360,7 +365,7 @@ class TrainStep:
             measured["noise_scale"] = self._measure_noise(gradients, tokens, noise)
         if self.weight_decay > 0:
             gradients = [
-                _add_weight_decay(g, v, self.weight_decay)
+                add_weight_decay(g, v, self.weight_decay)
                 for g, v in zip(gradients, variables)
             ]
         norm = tf.linalg.global_norm(gradients)
@@ -451,41 +456,6 @@ class TrainStep:
         )
 
 
-class _TracedOnce:
-    """A tf.function over distributed batches, traced once for every batch shape.
-
-    A PerReplica batch cannot be described by a plain TensorSpec, so the signature
-    is made from the first batch: its type spec with every dimension unknown. Without
-    it, each new bucket shape would retrace the step (seconds each) until
-    tf.function's own relaxation caught up.
-    """
-
-    def __init__(self, fn, strategy):
-        self._fn, self._strategy, self._function = fn, strategy, None
-
-    def _compiled(self, batch):
-        if self._function is None:
-            spec = tf.nest.map_structure(self._relaxed_spec, batch)
-            self._function = tf.function(self._fn, input_signature=[spec])
-        return self._function
-
-    def _relaxed_spec(self, value):
-        if isinstance(value, tf.Tensor):  # one local replica: a plain tensor
-            return tf.TensorSpec([None] * value.shape.rank, value.dtype)
-        local = self._strategy.experimental_local_results(value)
-        relaxed = [tf.TensorSpec([None] * t.shape.rank, t.dtype) for t in local]
-        return type(tf.type_spec_from_value(value))(*relaxed)
-
-    def __call__(self, batch):
-        return self._compiled(batch)(batch)
-
-    def get_concrete_function(self, batch):
-        return self._compiled(batch).get_concrete_function(batch)
-
-    def experimental_get_tracing_count(self):
-        return self._function.experimental_get_tracing_count() if self._function else 0
-
-
 def _counter(name):
     return tf.Variable(
         0,
@@ -494,37 +464,3 @@ def _counter(name):
         name=name,
         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
     )
-
-
-_BIAS_NAMES = ("bias", "beta")  # Dense bias; Keras's name for a layer-norm bias
-
-
-def is_bias(variable):
-    """T2T's rule for what weight decay skips: rank-1 variables named like a bias.
-    Layer-norm scales (Keras's "gamma", T2T's "layer_norm_scale") ARE decayed."""
-    name = variable.name.split("/")[-1].split(":")[0]
-    return len(variable.shape) == 1 and name in _BIAS_NAMES
-
-
-def _add_weight_decay(gradient, variable, rate):
-    """T2T's L2 weight decay (gradient of rate · ||v||² / 2) on every variable but
-    biases, added once per update to the normalized gradient."""
-    if is_bias(variable):
-        return gradient
-    return gradient + rate * tf.convert_to_tensor(variable)
-
-
-def _skip_keras_all_reduce(optimizer):
-    """Keras 3's TF optimizers all-reduce gradients inside `apply` when called in a
-    replica context. `_update` has already summed gradients and token counts across
-    replicas in ONE all-reduce (the counts must be summed before normalizing, and the
-    clip norm needs the summed gradient), so a second reduction would multiply the
-    update by the number of replicas. Keras has no public switch; this replaces the
-    private hook on this instance only. The MirroredStrategy equivalence test fails
-    if a Keras release renames it."""
-    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
-        raise RuntimeError(
-            "This Keras version has no Optimizer._all_reduce_sum_gradients;"
-            " t2t_lite's single all-reduce per update needs updating."
-        )
-    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars

@@ -109,11 +109,11 @@ class Trainer(OpenRun):
         hooks do everything else."""
         self.notify("begin", loop)
         step, train_steps, last_size = loop.start, self.config.train_steps, None
-        for size, position in self.step.windows(self._decided):
+        for size, first in self.step.windows(self._decided):
             if size != last_size and not self.plan.constant:
                 self.run_log.window_size(step, size, last_size)
                 last_size = size
-            for position in range(position, size):
+            for position in range(first, size):
                 if self._micro_step(inputs, loop, step, position + 1 == size):
                     return loop.result
                 step += 1
