@@ -382,3 +382,34 @@ def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):
 def test_an_adaptive_minimum_must_allow_two_micro_batches():
     with pytest.raises(BatchScheduleError, match="two micro-batches"):
         parse_batch_size_schedule("adaptive:8,64", batch_size=8)
+
+
+def test_a_checkpoint_from_before_windows_resumes_inside_its_window(tmp_path):
+    """A checkpoint without window_size/window_position/tokens_seen/noise_scale
+    (an older version's), saved at micro-step 7 of n=3: it restores, and the window
+    is taken as global_step mod n (position 1 of 3), so the run finishes it."""
+    from t2t_lite.runs.checkpoints import CheckpointKeeper
+    from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
+
+    hp = tiny_hparams(optimizer_multistep_accumulate_steps=3)
+    old = build_run(hp, vocab_size=VOCAB, train_steps=9)
+    old.step.global_step.assign(7)
+    items = dict(old.step.checkpoint_items())
+    for name in ("window_size", "window_position", "tokens_seen", "noise_scale"):
+        del items[name]
+    written = tf.train.Checkpoint(**items, train_replicas=old.replicas_variable)
+    tf.train.CheckpointManager(
+        written, str(tmp_path), max_to_keep=1, checkpoint_name="model"
+    ).save(checkpoint_number=7)
+    new = build_run(hp, vocab_size=VOCAB, train_steps=9)
+    keeper = CheckpointKeeper(
+        new.checkpoint(),
+        str(tmp_path),
+        5,
+        new.model.trainable_variables,
+        optional=OPTIONAL_CHECKPOINT_ITEMS,
+    )
+    assert keeper.restore_newest_readable() == str(tmp_path / "model-7")
+    assert new.step.window() == (3, 1)
+    sizes = drive(new.step, _micro_batches()[:5])  # 2 to end the window, then 3
+    assert sizes == [3, 3] and new.step.update_step == 2 and new.step.window() == (3, 0)
