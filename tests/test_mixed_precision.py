@@ -47,12 +47,26 @@ def _as_tensors(batch):
     return {k: tf.constant(v) for k, v in batch.items()}
 
 
+N, UPDATES = 3, 3
+
+
+@functools.cache
+def _accumulated(dtype, optimizer):
+    """(model, step, its weights, its update step) after UPDATES updates of N
+    micro-batches each, from _start_weights. Built once per setting: the equivalence
+    test reads the weights and update step recorded here, the state test then takes
+    the run one (accumulate-only) micro-step further."""
+    hp = _hp(dtype, n=N, optimizer=optimizer)
+    model, step = build(hp, N * UPDATES, initial_weights=_start_weights())
+    run(step, uneven_micro_batches(N * UPDATES))
+    return model, step, tuple(model.get_weights()), step.update_step
+
+
 @pytest.mark.parametrize("dtype", LOW_DTYPES)
 def test_low_precision_computes_low_but_keeps_float32_state(dtype):
-    model, step = build(
-        _hp(dtype, n=2), train_steps=4, initial_weights=_start_weights()
-    )
-    run(step, uneven_micro_batches(3))  # one update, then one micro-step into a window
+    model, step, _, _ = _accumulated(dtype, "adam")  # UPDATES updates, then ...
+    run(step, uneven_micro_batches(1), start=step.micro_step)  # ... one micro-step
+    assert not step.is_update_micro_step(step.micro_step - 1)  # into a window
     batch = _as_tensors(uneven_micro_batches(1)[0])
     encoder_output, bias = model.encode(batch["inputs"])
     assert encoder_output.dtype == dtype and bias.dtype == dtype
@@ -84,17 +98,17 @@ def test_low_precision_trains(dtype):
     assert loss() < 0.8 * before
 
 
-def _relative_update_error(model, reference, start):
-    """||model - reference|| / ||reference - start|| over all weights: how far two
-    runs' weights are apart, relative to how far the reference run moved them."""
+def _relative_update_error(weights, reference, start):
+    """||weights - reference|| / ||reference - start||: how far two runs' weights
+    are apart, relative to how far the reference run moved them."""
 
     def flat(weights):
         return np.concatenate([w.ravel() for w in weights]).astype(np.float64)
 
-    ref = flat(reference.get_weights())
+    ref = flat(reference)
     moved = np.linalg.norm(ref - flat(start))
     assert moved > 1e-4, "the updates did not move the weights enough to compare"
-    return np.linalg.norm(flat(model.get_weights()) - ref) / moved
+    return np.linalg.norm(flat(weights) - ref) / moved
 
 
 @pytest.mark.parametrize(
@@ -112,17 +126,14 @@ def _relative_update_error(model, reference, start):
     ],
 )
 def test_low_precision_accumulation_equals_big_batch(dtype, optimizer, tolerance):
-    n, updates = 3, 3
     start = _start_weights()
-    micro = uneven_micro_batches(n * updates)
-    hp = _hp(dtype, n=n, optimizer=optimizer)
-    accumulated, step = build(hp, n * updates, initial_weights=start)
-    run(step, micro)
+    micro = uneven_micro_batches(N * UPDATES)
+    _, _, accumulated, update_step = _accumulated(dtype, optimizer)
     hp = _hp(dtype, optimizer=optimizer)
-    big, big_step = build(hp, updates, initial_weights=start)
-    run(big_step, [concatenate(micro[u * n : (u + 1) * n]) for u in range(updates)])
-    assert step.update_step == big_step.update_step == updates
-    error = _relative_update_error(accumulated, big, start)
+    big, big_step = build(hp, UPDATES, initial_weights=start)
+    run(big_step, [concatenate(micro[u * N : (u + 1) * N]) for u in range(UPDATES)])
+    assert update_step == big_step.update_step == UPDATES
+    error = _relative_update_error(accumulated, big.get_weights(), start)
     assert error < tolerance, f"{dtype}/{optimizer}: accumulated != big ({error:.2e})"
 
 
