@@ -104,7 +104,7 @@ DEFAULT_VENV = os.path.join(
     os.path.expanduser("~"), ".cache", "t2t_lite", "opennmt-venv"
 )
 MARK = "@@bench_peers "  # prefixes a worker's protocol lines on its stdout
-SMOKE = {  # --smoke: a tiny model, one round
+SMOKE = {  # --smoke: a tiny model, one round of one update (two micro-batches)
     "hidden_size": 32,
     "filter_size": 64,
     "num_layers": 1,
@@ -112,11 +112,11 @@ SMOKE = {  # --smoke: a tiny model, one round
     "vocab_size": 200,
     "batch_size": 256,
     "accumulate_steps": 2,
-    "updates": 2,
+    "updates": 1,
     "rounds": 1,
     "mean_length": 8,
-    "max_length": 24,
-    "corpus_sentences": 2000,
+    "max_length": 16,
+    "corpus_sentences": 500,
 }
 METHODS = {  # how tokens/s is measured
     "in_process": "non-pad target tokens (EOS included) / wall time of --updates "
