@@ -1,4 +1,4 @@
-"""t2t-trainer killed for real: SIGKILL mid-window and SIGTERM, then the same command.
+"""t2t-trainer killed for real: SIGTERM, then SIGKILL mid-window, then the same command.
 
 With --deterministic and dropout on, the resumed run's final checkpoint is bitwise
 equal to an uninterrupted run's: model, optimizer slots, counters, accumulators.
@@ -88,35 +88,67 @@ def uninterrupted(tmp_path_factory):
     return _final_state(out)
 
 
-def test_sigkill_inside_a_window_then_rerun_gives_identical_weights(
-    tmp_path, uninterrupted
-):
-    # After the first checkpoint (step 4), at a micro-step that is not an update.
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """One run interrupted twice, three launches of the same command: SIGTERM once
+    it logged micro-step 6; the resumed run SIGKILLed inside a window after its own
+    first checkpoint (at a step drawn from a printed seed); the same command again,
+    to the end. What each launch showed, recorded as it ended."""
+    out = str(tmp_path_factory.mktemp("interrupted"))
+    code, log = _start_and_signal(out, 6, signal.SIGTERM)
+    stopped = re.search(r"stopped by SIGTERM at step (\d+)", log)
+    step = int(stopped.group(1)) if stopped else None
+    sigterm = {
+        "code": code,
+        "log": log,
+        "step": step,
+        "saved": step is not None
+        and os.path.exists(os.path.join(out, f"model-{step}.index")),
+    }
+    # After the resumed run's first checkpoint (step 8 at the earliest), at a
+    # micro-step that is not an update.
     seed = int(os.environ.get("CRASH_RESUME_SEED") or random.randrange(2**32))
-    at_step = random.Random(seed).choice([s for s in range(5, 20) if s % 4])
+    first = max((step or 6) + 1, 9)
+    at_step = random.Random(seed).choice([s for s in range(first, 20) if s % 4])
     print(f"SIGKILL at step {at_step}: CRASH_RESUME_SEED={seed} replays it")
-    code, log = _start_and_signal(tmp_path, at_step, signal.SIGKILL)
-    assert code == -signal.SIGKILL, log[-2000:]
-    assert not os.path.exists(os.path.join(tmp_path, f"model-{TRAIN_STEPS}.index"))
-    rerun = _run(tmp_path)
-    assert "Resumed from" in rerun.stderr
-    _assert_bitwise_equal(_final_state(tmp_path), uninterrupted)
+    code, log = _start_and_signal(out, at_step, signal.SIGKILL)
+    sigkill = {
+        "code": code,
+        "log": log,
+        "final_saved": os.path.exists(os.path.join(out, f"model-{TRAIN_STEPS}.index")),
+    }
+    rerun = _run(out)
+    return {
+        "sigterm": sigterm,
+        "sigkill": sigkill,
+        "rerun": rerun,
+        "final": _final_state(out),
+    }
+
+
+def test_sigkill_inside_a_window_then_rerun_gives_identical_weights(
+    interrupted, uninterrupted
+):
+    killed = interrupted["sigkill"]
+    assert killed["code"] == -signal.SIGKILL, killed["log"][-2000:]
+    assert not killed["final_saved"]
+    assert "Resumed from" in interrupted["rerun"].stderr
+    _assert_bitwise_equal(interrupted["final"], uninterrupted)
 
 
 def test_sigterm_checkpoints_exits_zero_and_resumes_identically(
-    tmp_path, uninterrupted
+    interrupted, uninterrupted
 ):
-    code, log = _start_and_signal(tmp_path, 6, signal.SIGTERM)
-    assert code == 0, log[-2000:]
-    stopped = re.search(r"stopped by SIGTERM at step (\d+)", log)
-    assert stopped, log[-2000:]
-    step = int(stopped.group(1))
-    assert step < TRAIN_STEPS
-    assert os.path.exists(os.path.join(tmp_path, f"model-{step}.index"))
-    assert "Run the same command to resume" in log
-    rerun = _run(tmp_path)
-    assert f"global step {step}" in rerun.stderr
-    _assert_bitwise_equal(_final_state(tmp_path), uninterrupted)
+    stopped = interrupted["sigterm"]
+    assert stopped["code"] == 0, stopped["log"][-2000:]
+    assert stopped["step"] is not None, stopped["log"][-2000:]
+    assert stopped["step"] < TRAIN_STEPS
+    assert stopped["saved"]
+    assert "Run the same command to resume" in stopped["log"]
+    # The next launch (the one SIGKILLed later) resumed from that very step.
+    resumed = interrupted["sigkill"]["log"]
+    assert f"global step {stopped['step']}" in resumed, resumed[-2000:]
+    _assert_bitwise_equal(interrupted["final"], uninterrupted)
 
 
 def test_two_deterministic_runs_are_bitwise_identical(tmp_path, uninterrupted):
