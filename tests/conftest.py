@@ -39,23 +39,28 @@ def pytest_configure(config):
 # every other file follows in xdist's order. A file missing here is only scheduled
 # later, never skipped.
 LONGEST_FIRST = (
-    "test_xla.py",
+    "test_distributed_trainer.py",
+    "test_crash_resume.py",
+    "test_accumulation.py",
     "test_mixed_precision.py",
     "test_distributed.py",
-    "test_distributed_trainer.py",
+    "test_reliability.py",
+    "test_xla.py",
+    "test_warm_start_and_versions.py",
     "test_bench_peers.py",
-    "test_accumulation.py",
+    "test_exporter.py",
+    "test_early_stopping.py",
+    "test_console.py",
+    "test_cli_trainer.py",
+    "test_test_split.py",
     "test_decoder_cli.py",
     "test_decoding.py",
     "test_trainer.py",
-    "test_warm_start_and_versions.py",
-    "test_reliability.py",
-    "test_crash_resume.py",
-    "test_exporter.py",
-    "test_console.py",
-    "test_cli_trainer.py",
+    "test_datagen_cli.py",
+    "test_plot.py",
+    "test_averaging.py",
+    "test_transformer.py",
     "test_memory.py",
-    "test_early_stopping.py",
 )
 
 
