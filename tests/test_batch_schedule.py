@@ -340,14 +340,9 @@ ADAPTIVE = "adaptive:16,128,5"  # 2 micro-batches of 8 tokens to 16, deciding ev
 
 def _drive_adaptive(run, batches, stop_after=None):
     """Feeds batches window by window; returns the decisions (update, old, new)."""
-    decisions, fed = [], 0
-    limit = len(batches) if stop_after is None else stop_after
-    for size, first in run.step.windows(lambda *d: decisions.append(d)):
-        for position in range(first, size):
-            run.step.train_on(batches[fed], position + 1 == size)
-            fed += 1
-            if fed == limit:
-                return decisions
+    decisions = []
+    drive(run.step, batches, stop_after, on_decision=lambda *d: decisions.append(d))
+    return decisions
 
 
 def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):

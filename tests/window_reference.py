@@ -44,13 +44,13 @@ def hparams(optimizer, schedule=RAMP, replicas=1, **overrides):
     )
 
 
-def drive(step, batches, stop_after=None):
+def drive(step, batches, stop_after=None, on_decision=None):
     """Feeds `batches` to `step` window by window (TrainStep.windows, as the
     trainer's loop); returns the window sizes met. stop_after: micro-steps to run,
-    possibly ending inside a window."""
+    possibly ending inside a window; on_decision: an adaptive plan's callback."""
     sizes, fed = [], 0
     limit = len(batches) if stop_after is None else stop_after
-    for size, first in step.windows():
+    for size, first in step.windows(on_decision):
         sizes.append(size)
         for position in range(first, size):
             step.train_on(batches[fed], position + 1 == size)

@@ -360,15 +360,16 @@ class TrainStep:
             scale *= self.loss_scale.unscale_factor()
         gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
         variables = self.model.trainable_variables
+        norm = tf.linalg.global_norm(gradients)  # before weight decay
         measured = {}
         if noise:
-            measured["noise_scale"] = self._measure_noise(gradients, tokens, noise)
+            measured["noise_scale"] = self._measure_noise(norm, tokens, noise)
         if self.weight_decay > 0:
             gradients = [
                 add_weight_decay(g, v, self.weight_decay)
                 for g, v in zip(gradients, variables)
             ]
-        norm = tf.linalg.global_norm(gradients)
+            norm = tf.linalg.global_norm(gradients)
         clipped = tf.constant(False)
         if self.clip_grad_norm > 0:
             clipped = tf.math.is_finite(norm) & (norm > self.clip_grad_norm)
@@ -394,13 +395,13 @@ class TrainStep:
             **measured,
         }
 
-    def _measure_noise(self, gradients, tokens, noise):
-        """The noise scale after folding in this update (`gradients`: the
-        window's normalized, unscaled gradient, before weight decay)."""
+    def _measure_noise(self, norm, tokens, noise):
+        """The noise scale after folding in this update (`norm`: the global norm
+        of the window's normalized, unscaled gradient, before weight decay)."""
         square_sum, inverse_tokens, count = noise
         if self.loss_scale is not None:  # micro-batch norms were of scaled losses
             square_sum *= tf.square(self.loss_scale.unscale_factor())
-        big_square = tf.square(tf.linalg.global_norm(gradients))
+        big_square = tf.square(norm)
         valid = tf.math.is_finite(big_square) & tf.math.is_finite(square_sum)
         return self.noise_scale.update(
             square_sum, inverse_tokens, count, big_square, tokens, valid
