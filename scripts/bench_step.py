@@ -119,7 +119,31 @@ def child(args):
     }
     if args.op_stats:
         report["op_stats_ms"] = op_stats(run, batches, step)
+    if args.noise_ops:
+        report["noise_ops_ms"] = noise_ops_ms(run, batches)
     print(json.dumps(report))
+
+
+def noise_ops_ms(run, batches, repeats=20):
+    """ms per micro-step of the ops the gradient noise scale adds (the micro-batch
+    gradient's squared norm, on the real gradients of each batch), timed in the
+    same process as the step: their share of a step, free of the few-percent
+    drift between processes that hides it in tokens/s."""
+    import tensorflow as tf
+
+    from t2t_lite.training.noise_scale import NoiseScale
+
+    total = 0.0
+    for batch in batches:
+        gradients, _, tokens = tf.function(run.step._gradients)(batch)
+        norm = tf.function(lambda: NoiseScale.micro_batch(gradients, tokens)[0])
+        float(norm())  # trace
+        began = time.perf_counter()
+        for _ in range(repeats):
+            value = norm()
+        float(value)
+        total += (time.perf_counter() - began) / repeats
+    return 1e3 * total / len(batches)
 
 
 def op_stats(run, batches, step, top=14):
@@ -146,6 +170,11 @@ def parse_args(argv):
     p.add_argument("--batches", type=int, default=24, help="distinct micro-batches")
     p.add_argument("--steps", type=int, default=48, help="timed micro-steps")
     p.add_argument("--op_stats", action="store_true")
+    p.add_argument(
+        "--noise_ops",
+        action="store_true",
+        help="also time the noise scale's own ops, as a share of the micro-step",
+    )
     p.add_argument(
         "--variants",
         default="",
@@ -182,6 +211,8 @@ def main(argv):
         flags += [f"--steps={args.steps}"]
         if args.op_stats and round_index == 0:
             flags.append("--op_stats")
+        if args.noise_ops:
+            flags.append("--noise_ops")
         env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE) if p)}
         out, _ = benchlib.run_python([__file__, "--child", *flags], env=env)
         results[config].append(benchlib.last_json(out))
@@ -212,6 +243,15 @@ def report(configs, results):
                 + ", ".join(f"{k} {v}" for k, v in stats.items())
             )
         summary[label] = {"tokens_per_second": values, "median_ratio": ratio}
+        if "noise_ops_ms" in results[config][0]:
+            shares = [r["noise_ops_ms"] / r["ms_per_micro_step"] for r in results[config]]
+            share = sorted(shares)[len(shares) // 2]
+            print(
+                "   noise-scale ops per micro-step: "
+                + " ".join(f"{r['noise_ops_ms']:.1f} ms" for r in results[config])
+                + f" = {100 * share:.2f}% of the micro-step (median)"
+            )
+            summary[label]["noise_ops_share"] = share
     print(json.dumps(summary))
 
 

@@ -58,7 +58,9 @@ def squared_norm(gradients):
             )
         else:
             values = tf.cast(gradient, tf.float32)
-        total += tf.reduce_sum(tf.square(values))
+        # L2Loss (sum of squares / 2) is one kernel reading the gradient once;
+        # Square + Sum would first write a gradient-sized temporary.
+        total += 2.0 * tf.nn.l2_loss(values)
     return total
 
 
