@@ -82,7 +82,13 @@ def test_trainer_flags_are_the_run_config_fields():
         assert field.metadata["help"] in flag.help, field.name
         assert spec.name == field.name
     others = set(module_flags) - {f.name for f in fields}
-    assert others == {"hparams_set", "hparams", "worker_gpu", "registry_help"}
+    assert others == {
+        "hparams_set",
+        "hparams",
+        "worker_gpu",
+        "lost_worker_timeout",
+        "registry_help",
+    }
 
 
 def test_docs_flag_table_is_generated_from_run_config():

@@ -35,6 +35,13 @@ flags.DEFINE_integer(
     "the CPU is split into that many logical devices). Multi-host training is set "
     "by the TF_CONFIG environment variable (MultiWorkerMirroredStrategy).",
 )
+flags.DEFINE_float(
+    "lost_worker_timeout",
+    30,
+    "Multi-host runs: seconds without a heartbeat after which a worker counts as "
+    "lost and the others stop with a message saying so (TensorFlow's coordination "
+    "service).",
+)
 flags.DEFINE_boolean("registry_help", False, "List every registered name and exit.")
 
 
@@ -67,7 +74,9 @@ def main(argv):
     if config.warm_start_from:
         resolve_checkpoint(config.warm_start_from)  # a bad path fails before any write
     logging.set_verbosity(logging.INFO)
-    strategy = make_strategy(FLAGS.worker_gpu)
+    strategy = make_strategy(
+        FLAGS.worker_gpu, lost_worker_timeout=FLAGS.lost_worker_timeout
+    )
     trainer = Trainer(config, hp, strategy=strategy)
     if trainer.chief:
         _write_flags_file(FLAGS.output_dir)

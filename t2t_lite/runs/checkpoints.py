@@ -173,16 +173,20 @@ class CheckpointKeeper:
         prefixes.update(prefix for _, prefix in checkpoints_on_disk(self.directory))
         return sorted(prefixes, key=_step_number, reverse=True)
 
-    def restore_newest_readable(self, root=None):
+    def restore_newest_readable(self, root=None, at_most=None):
         """Restores the newest checkpoint that reads back intact; returns its path.
 
         root: the tf.train.Checkpoint to restore into (default: the one saved; a
-        caller passes one without input iterators after InputPipelineChanged).
+        caller passes one without input iterators after InputPipelineChanged);
+        at_most: only checkpoints of that step or older (the step all workers of a
+        multi-host run agreed on).
         Returns None when the directory has no checkpoint. Raises UserError when it
         has some but none is readable, or when one cannot be read for a reason
         other than damage; InputPipelineChanged when only the iterators do not fit.
         """
         candidates = self._candidates()
+        if at_most is not None:
+            candidates = [c for c in candidates if _step_number(c) <= at_most]
         if not candidates:
             return None
         root = root or self.checkpoint
@@ -227,6 +231,11 @@ class CheckpointKeeper:
         try:
             return self.manager.save(checkpoint_number=number)
         except (OSError, tf.errors.OpError) as e:
+            if "Collective" in str(e):
+                # Reading replica-local variables for the save is a collective:
+                # another worker is gone, the output_dir is fine. The trainer
+                # says so (training/lost_worker.py).
+                raise
             raise UserError(
                 f"cannot write checkpoint {number} to output_dir "
                 f"'{self.directory}': {first_line(e)}; the checkpoints already "

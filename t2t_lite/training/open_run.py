@@ -31,9 +31,15 @@ from t2t_lite.runs.best import check_metric
 from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
 from t2t_lite.runs.warm_start import warm_start
 from t2t_lite.training.build import build_run
-from t2t_lite.training.distribution import is_chief, num_workers, worker_index
+from t2t_lite.training.distribution import (
+    is_chief,
+    num_workers,
+    task,
+    worker_index,
+)
 from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
 from t2t_lite.training.inputs import ReplicaInputs
+from t2t_lite.training.lost_worker import restore_common_step
 from t2t_lite.training.run_info import check_train_steps_change
 from t2t_lite.training.run_state import RunLog, RunState
 from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
@@ -58,6 +64,7 @@ class OpenRun:
         self.replicas = self.strategy.num_replicas_in_sync
         self.chief = is_chief(self.strategy)
         self.workers = num_workers(self.strategy)
+        self.task = task(self.strategy)  # (type, index) in TF_CONFIG's cluster
         self.problem = self._load_problem()
         # The window plan checked on this replica count before anything is written
         # (the train step's own copy, built below, is the one that runs):
@@ -229,6 +236,8 @@ class OpenRun:
             self.checkpoints.allow_partial()
             path = self.checkpoints.restore_newest_readable(root=self.run.checkpoint())
             self.input_pipeline_changed = True
+        if self.workers > 1:
+            path = restore_common_step(self, path)
         if path is None and self.config.warm_start_from:
             warm_start(
                 self.model,

@@ -7,10 +7,12 @@ flags (bin/trainer.py generates the flags from RunConfig).
 
 import time
 
+import tensorflow as tf
 from absl import logging
 
 from t2t_lite.optim.batch_schedule import window_plan
 from t2t_lite.training.hooks import Loop, default_hooks
+from t2t_lite.training.lost_worker import is_peer_failure, worker_lost
 from t2t_lite.training.open_run import OpenRun
 from t2t_lite.training.preemption import StopRequest
 from t2t_lite.training.run_config import RunConfig, RunConfigError
@@ -70,8 +72,23 @@ class Trainer(OpenRun):
 
         Returns None when a SIGTERM/SIGINT stopped the run early (after saving a
         checkpoint; `stopped_by` names the signal). Raises DivergenceError after
-        max_consecutive_bad_updates NaN/Inf updates in a row.
+        max_consecutive_bad_updates NaN/Inf updates in a row; WorkerLost (one line)
+        when another worker of a multi-host run is gone.
         """
+        try:
+            return self._train()
+        except tf.errors.OpError as e:
+            if self.workers > 1 and is_peer_failure(e):
+                raise worker_lost(
+                    e,
+                    self.task,
+                    self.config.output_dir,
+                    self.workers,
+                    int(self.step.micro_step),
+                ) from None
+            raise
+
+    def _train(self):
         inputs, start = self.resume()
         if start >= self.config.train_steps:
             logging.info("Already trained to step %d; evaluating only.", start)

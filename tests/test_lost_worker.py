@@ -1,0 +1,201 @@
+"""A lost worker of a multi-host run (docs/distributed.md): the survivor stops with
+one line, a rerun of the same command resumes both workers from the same step (the
+newest one every worker can read) and ends where an uninterrupted run ends; TF_CONFIG
+mistakes are one line each."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_distributed import _free_port, checkpointed_state, newest_step
+
+from t2t_lite.errors import UserError
+from t2t_lite.training.distribution import read_tf_config
+from t2t_lite.training.lost_worker import lost_tasks, newest_common_step
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start(output_dir, log_dir, kill_at=None):
+    """Two workers on 127.0.0.1; kill_at: {worker: micro-step it dies before}."""
+    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+    args = [
+        sys.executable,
+        os.path.join(HERE, "lost_worker_trainer.py"),
+        "--hparams_set=transformer_test",
+        "--hparams=batch_size=64,max_length=16,optimizer_multistep_accumulate_steps=2",
+        f"--output_dir={output_dir}",
+        "--train_steps=12",
+        "--log_steps=1",
+        "--save_checkpoints_steps=4",
+        "--local_eval_frequency=0",
+        "--eval_steps=1",
+        "--deterministic",
+        "--lost_worker_timeout=5",
+    ]
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, KILL_AT_STEP=str((kill_at or {}).get(index, -1)))
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        )
+        log = open(os.path.join(log_dir, f"worker{index}.log"), "w")
+        workers.append(
+            subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        )
+    return workers
+
+
+def finish(workers, log_dir):
+    codes = [w.wait(timeout=240) for w in workers]  # a hang fails here
+    logs = [open(os.path.join(log_dir, f"worker{i}.log")).read() for i in range(2)]
+    return codes, logs
+
+
+def last_line(log):
+    return log.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_other_and_a_rerun_resumes_from_a_common_step(
+    tmp_path,
+):
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    codes, logs = finish(start(reference, tmp_path), tmp_path)
+    assert codes == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+
+    # The chief (also the coordination service's leader) dies just before
+    # micro-step 9 (the update closing the window of steps 8 and 9), after the
+    # saves at steps 4 and 8.
+    codes, logs = finish(start(run, tmp_path, kill_at={0: 9}), tmp_path)
+    assert codes[0] == -9 and codes[1] == 2, logs[1][-3000:]
+    # Lost through its closed sockets or its missing heartbeat, whichever TF sees
+    # first; the survivor may have run micro-step 9 before the update failed.
+    assert re.fullmatch(
+        r"t2t-trainer: error: worker 0 of the run was lost( \(it stopped sending "
+        r"heartbeats\))? at step (9|10); the newest checkpoint every worker has is "
+        r"step 8; run the same command on every worker to resume\.",
+        last_line(logs[1]),
+    ), logs[1][-3000:]
+    lost_all = tmp_path / "lost_all"
+    shutil.copytree(run, lost_all)
+
+    # Worker 1's newest checkpoint is damaged: both resume from step 4.
+    data = run / "workers" / "worker-1" / "model-8.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:100])
+    codes, logs = finish(start(run, tmp_path), tmp_path)
+    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    for log in logs:
+        assert "worker 0: 8, worker 1: 4): every worker resumes from step 4" in log
+    assert f"Resumed from {run}/model-4 (global step 4" in logs[0]
+    finished, expected = (
+        checkpointed_state(str(d / "model-12")) for d in (run, reference)
+    )
+    assert finished.keys() == expected.keys() and len(expected) > 50
+    for key in expected:
+        np.testing.assert_allclose(finished[key], expected[key], rtol=1e-5, err_msg=key)
+
+    # Worker 1 lost every checkpoint: no step is on both, nothing trains.
+    shutil.rmtree(lost_all / "workers" / "worker-1")
+    codes, logs = finish(start(lost_all, tmp_path), tmp_path)
+    assert codes == [2, 2], logs[0][-3000:]
+    for log in logs:
+        assert last_line(log) == (
+            "t2t-trainer: error: the workers' newest checkpoints differ (worker 0: 8, "
+            "worker 1: 0): worker 1 has no readable checkpoint; nothing was trained: "
+            "restore its checkpoints (OUTPUT_DIR/workers/worker-I) or use a new "
+            "output_dir."
+        ), log[-2000:]
+    assert newest_step(lost_all) == 8  # nothing deleted, nothing written
+
+
+def cluster(jobs, task=None):
+    config = {"cluster": jobs}
+    if task is not None:
+        config["task"] = task
+    return json.dumps(config)
+
+
+TWO = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ("{bad", "TF_CONFIG is not valid JSON"),
+        ("[]", 'TF_CONFIG must be a JSON object with a "cluster" object.'),
+        (
+            cluster({"ps": ["a:1"]}, {"type": "ps", "index": 0}),
+            "unknown job type 'ps'",
+        ),
+        (
+            cluster(TWO, {"type": "worker", "index": 3}),
+            "task index 3 is outside the cluster's 2 worker task(s) (0 to 1).",
+        ),
+        (
+            cluster({"worker": ["a:1"]}, {"type": "chief", "index": 0}),
+            "task type 'chief' is not a job of the cluster (worker).",
+        ),
+        (
+            cluster({"worker": ["a:1"]}, {"type": "worker", "index": 1}),
+            "task index 1 is outside the cluster's 1 worker task(s)",
+        ),
+        (cluster({"worker": []}, {"type": "worker"}), "has no \"chief\" or \"worker\""),
+        (
+            cluster({"worker": ["a:1", "a:1"]}, {"type": "worker", "index": 0}),
+            "address a:1 is given twice (worker 0 and worker 1)",
+        ),
+        (cluster(TWO), 'TF_CONFIG needs "task"'),
+        (cluster(TWO, {"type": "worker", "index": "1"}), "must be an integer"),
+    ],
+)
+def test_tf_config_mistakes_are_one_line_errors(raw, message):
+    with pytest.raises(UserError) as error:
+        read_tf_config(raw)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_one_worker_tf_config_is_read():
+    config = read_tf_config(cluster({"worker": ["a:1"]}, {"type": "worker"}))
+    assert (config.workers, config.task_type, config.task_index) == (1, "worker", 0)
+    assert read_tf_config("") is None
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_bad_tf_config_before_writing(tmp_path):
+    env = dict(os.environ, TF_CONFIG=cluster(TWO, {"type": "worker", "index": 3}))
+    out = subprocess.run(
+        [sys.executable, "-m", "t2t_lite.bin.trainer", "--hparams_set=transformer_test",
+         f"--output_dir={tmp_path / 'run'}", "--train_steps=2"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == (
+        "t2t-trainer: error: TF_CONFIG: task index 3 is outside the cluster's 2 "
+        "worker task(s) (0 to 1)."
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_lost_tasks_are_named_from_the_error_text_without_this_one():
+    text = (
+        "{{function_node __wrapped__CollectiveReduceV2_device_/job:worker/replica:0/"
+        "task:0/device:CPU:0}} The following tasks are unhealthy (stopped sending "
+        "heartbeats):\n/job:worker/replica:0/task:1"
+    )
+    assert lost_tasks(text, ("worker", 0)) == ["worker 1"]
+    assert lost_tasks("Collective ops is aborted", ("worker", 1)) == []
+
+
+def test_the_newest_common_step_is_on_every_worker(tmp_path):
+    for directory, steps in ((tmp_path, (4, 8, 12)), (tmp_path / "workers" / "worker-1", (4, 8))):
+        directory.mkdir(parents=True, exist_ok=True)
+        for step in steps:
+            (directory / f"model-{step}.index").write_text("")
+    assert newest_common_step(str(tmp_path), 2) == 8
+    assert newest_common_step(str(tmp_path / "none"), 2) is None
