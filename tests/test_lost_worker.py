@@ -199,3 +199,20 @@ def test_the_newest_common_step_is_on_every_worker(tmp_path):
             (directory / f"model-{step}.index").write_text("")
     assert newest_common_step(str(tmp_path), 2) == 8
     assert newest_common_step(str(tmp_path / "none"), 2) is None
+
+
+def test_an_unnamed_lost_peer_of_two_is_the_other_worker(tmp_path):
+    import tensorflow as tf
+
+    from t2t_lite.training.lost_worker import is_peer_failure, worker_lost
+
+    error = tf.errors.DeadlineExceededError(
+        None, None, "Collective ops is aborted by: Deadline Exceeded"
+    )
+    assert is_peer_failure(error)
+    assert not is_peer_failure(tf.errors.DeadlineExceededError(None, None, "x"))
+    assert str(worker_lost(error, ("worker", 1), str(tmp_path), 2, 8)).startswith(
+        "the other worker of the run was lost at step 8; no checkpoint is on "
+        "every worker yet"
+    )
+    assert "another worker" in str(worker_lost(error, ("worker", 1), "x", 3, 8))

@@ -75,7 +75,11 @@ def newest_common_step(output_dir, workers):
 
 def worker_lost(error, own, output_dir, workers, step):
     """The WorkerLost that replaces a peer failure `error` at micro-step `step`."""
-    names = lost_tasks(error, own) or ["another worker"]
+    # A worker whose heartbeats to the leader time out is not told which task is
+    # gone; of two workers, it can only be the other one.
+    names = lost_tasks(error, own) or [
+        "the other worker" if workers == 2 else "another worker"
+    ]
     common = newest_common_step(output_dir, workers)
     where = (
         f"the newest checkpoint every worker has is step {common}"
