@@ -42,6 +42,7 @@ LONGEST_FIRST = (
     "test_distributed_trainer.py",
     "test_crash_resume.py",
     "test_accumulation.py",
+    "test_lost_worker.py",
     "test_mixed_precision.py",
     "test_distributed.py",
     "test_reliability.py",

@@ -1,0 +1,177 @@
+"""Random kills of one worker of a two-worker run, then the same command again.
+
+Each trial starts two `t2t-trainer` workers on 127.0.0.1 (TF_CONFIG, transformer_test,
+n=3, checkpoints every 6 micro-steps, --deterministic), SIGKILLs one of them (workers
+take turns as the victim) at a random moment KILL_SECONDS after worker 0 logs its
+first step (the start-up, ~1 min on 2 cores, is left out: kills land in accumulate
+micro-steps, updates and saves alike), measures how
+long the survivor takes to exit and keeps the last line it printed, then runs both
+commands again to the end and compares the final checkpoint with an uninterrupted
+run's (every variable but the input iterators; "exact" = equal to rtol 1e-5).
+
+  python scripts/bench_lost_worker.py --trials=20
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(output_dir, train_steps, log_prefix):
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
+    args = [
+        sys.executable,
+        "-m",
+        "t2t_lite.bin.trainer",
+        "--hparams_set=transformer_test",
+        "--hparams=batch_size=64,max_length=16,optimizer_multistep_accumulate_steps=3",
+        f"--output_dir={output_dir}",
+        f"--train_steps={train_steps}",
+        "--log_steps=1",
+        "--save_checkpoints_steps=6",
+        "--local_eval_frequency=0",
+        "--eval_steps=1",
+        "--deterministic",
+    ]
+    workers = []
+    for index in range(2):
+        env = dict(os.environ)
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        )
+        log = open(f"{log_prefix}{index}.log", "w")
+        workers.append(
+            subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        )
+    return workers
+
+
+def last_line(path):
+    lines = [line for line in open(path).read().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def state(prefix):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    return {
+        key: reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if not key.startswith(("train_iterator", "_CHECKPOINTABLE"))
+    }
+
+
+def max_relative_difference(a, b):
+    worst = 0.0
+    for key in b:
+        x, y = np.asarray(a[key], np.float64), np.asarray(b[key], np.float64)
+        scale = np.maximum(np.abs(y), 1e-12)
+        worst = max(worst, float(np.max(np.abs(x - y) / scale, initial=0.0)))
+    return worst
+
+
+def trial(root, index, victim, kill_after, train_steps, reference):
+    run = os.path.join(root, f"trial{index}")
+    log = os.path.join(root, f"trial{index}-first-worker")
+    workers = start(run, train_steps, log)
+    began = None
+    while began is None or time.monotonic() - began < kill_after:
+        if all(w.poll() is not None for w in workers):
+            break
+        if began is None and "] step 1," in open(f"{log}0.log").read():
+            began = time.monotonic()
+        time.sleep(0.1)
+    result = {"victim": victim, "kill_after": round(kill_after, 1)}
+    if workers[victim].poll() is not None:
+        result["note"] = "the run ended before the kill"
+    else:
+        workers[victim].kill()
+        workers[victim].wait()
+        killed = time.monotonic()
+        survivor = workers[1 - victim]
+        try:
+            result["survivor_exit"] = survivor.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            survivor.kill()
+            result["survivor_exit"] = "hung (killed after 300 s)"
+        result["survivor_seconds"] = round(time.monotonic() - killed, 1)
+        result["survivor_line"] = last_line(f"{log}{1 - victim}.log")
+    log = os.path.join(root, f"trial{index}-rerun-worker")
+    codes = [w.wait(timeout=600) for w in start(run, train_steps, log)]
+    result["rerun_exits"] = codes
+    final = os.path.join(run, f"model-{train_steps}")
+    if codes == [0, 0] and os.path.exists(final + ".index"):
+        difference = max_relative_difference(state(final), reference)
+        result["max_relative_difference"] = difference
+        result["exact"] = difference <= 1e-5
+    else:
+        result["exact"] = False
+        result["rerun_lines"] = [last_line(f"{log}{i}.log") for i in range(2)]
+    shutil.rmtree(run, ignore_errors=True)
+    return result
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--train_steps", type=int, default=90)
+    p.add_argument(
+        "--kill_seconds", default="0,25", help="MIN,MAX after the first step"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    low, high = (float(v) for v in args.kill_seconds.split(","))
+    rng = random.Random(args.seed)
+    root = tempfile.mkdtemp(prefix="lost_worker_")
+    began = time.monotonic()
+    reference_run = os.path.join(root, "reference")
+    codes = [
+        w.wait(timeout=600)
+        for w in start(reference_run, args.train_steps, reference_run + "-worker")
+    ]
+    assert codes == [0, 0], f"the uninterrupted run failed: {codes} (logs in {root})"
+    print(f"uninterrupted run: {time.monotonic() - began:.0f} s", flush=True)
+    reference = state(os.path.join(reference_run, f"model-{args.train_steps}"))
+    results = []
+    for index in range(args.trials):
+        result = trial(
+            root, index, index % 2, rng.uniform(low, high), args.train_steps, reference
+        )
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    killed = [r for r in results if "survivor_seconds" in r]
+    seconds = [r["survivor_seconds"] for r in killed]
+    print(
+        f"{len(results)} trials, {len(killed)} with a kill; exact restarts: "
+        f"{sum(r['exact'] for r in results)}/{len(results)}"
+    )
+    if seconds:
+        print(
+            f"survivor exit after the kill: min {min(seconds)} s, median "
+            f"{statistics.median(seconds)} s, max {max(seconds)} s; exit codes "
+            f"{sorted({str(r['survivor_exit']) for r in killed})}"
+        )
+    for line in sorted({r["survivor_line"] for r in killed}):
+        print(f"  {sum(r['survivor_line'] == line for r in killed)}× {line}")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
