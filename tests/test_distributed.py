@@ -58,7 +58,6 @@ def _free_port():
 
 def start_workers(output_dir, train_steps, log_dir):
     """Two `t2t-trainer` processes forming one cluster on 127.0.0.1."""
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
     args = [
         sys.executable,
         "-m",
@@ -72,9 +71,16 @@ def start_workers(output_dir, train_steps, log_dir):
         "--local_eval_frequency=0",
         "--eval_steps=2",
     ]
+    return launch_workers(args, log_dir)
+
+
+def launch_workers(args, log_dir, extra_env=({}, {})):
+    """Runs command `args` as the two workers of one cluster on 127.0.0.1 (each
+    with its TF_CONFIG and extra_env[i]), logging to log_dir/workerI.log."""
+    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
     workers = []
     for index in range(2):
-        env = dict(os.environ)
+        env = dict(os.environ, **extra_env[index])
         env["TF_CONFIG"] = json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": index}}
         )

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_distributed import _free_port, checkpointed_state, newest_step
+from test_distributed import checkpointed_state, launch_workers, newest_step
 
 from t2t_lite.errors import UserError
 from t2t_lite.training.distribution import read_tf_config
@@ -23,7 +23,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def start(output_dir, log_dir, kill_at=None):
     """Two workers on 127.0.0.1; kill_at: {worker: micro-step it dies before}."""
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
     args = [
         sys.executable,
         os.path.join(HERE, "lost_worker_trainer.py"),
@@ -38,17 +37,9 @@ def start(output_dir, log_dir, kill_at=None):
         "--deterministic",
         "--lost_worker_timeout=5",
     ]
-    workers = []
-    for index in range(2):
-        env = dict(os.environ, KILL_AT_STEP=str((kill_at or {}).get(index, -1)))
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        )
-        log = open(os.path.join(log_dir, f"worker{index}.log"), "w")
-        workers.append(
-            subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        )
-    return workers
+    kill_at = kill_at or {}
+    extra_env = [{"KILL_AT_STEP": str(kill_at.get(i, -1))} for i in range(2)]
+    return launch_workers(args, log_dir, extra_env)
 
 
 def finish(workers, log_dir):
