@@ -14,6 +14,7 @@ import tensorflow as tf
 from t2t_lite.constants import EOS_ID
 from t2t_lite.decoding.search import beam_search, greedy_search, length_penalty
 from t2t_lite.errors import UserError
+from t2t_lite.graph import graph_function
 from t2t_lite.hparams import HParams
 
 
@@ -88,7 +89,7 @@ class Decoder:
         self.max_input_length = hp.max_input_length or max_input_length
         self.eos_id = eos_id
         self.truncated = 0  # inputs cut to max_input_length so far
-        self._search = tf.function(
+        self._search = graph_function(
             self._search_batch,
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
         )

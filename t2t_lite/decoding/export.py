@@ -45,6 +45,7 @@ from t2t_lite.constants import EOS_ID, PAD_ID
 from t2t_lite.data.vocab import UNK_ID, SubwordVocab
 from t2t_lite.decoding.decoder import Decoder
 from t2t_lite.errors import UserError, first_line
+from t2t_lite.graph import graph_function
 
 EXPORT_INFO_FILE = "t2t_export.json"  # in the export's assets.extra/
 TEXT_SIGNATURE = "serving_default"
@@ -108,7 +109,7 @@ class Translator(tf.Module):
         self._batch_size = decode_hp.batch_size
         self._alpha = decode_hp.alpha
         # One compiled core for both signatures: traced (and stored) once.
-        self._translate_tokens = tf.function(
+        self._translate_tokens = graph_function(
             self._translate_tokens_eagerly,
             input_signature=[
                 tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64),
@@ -214,15 +215,15 @@ class Translator(tf.Module):
 
     def signatures(self):
         """{signature name: concrete function} to pass to tf.saved_model.save."""
-        ids = tf.function(
+        ids = graph_function(
             self.translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name="inputs")],
         ).get_concrete_function()
         if not self._has_text:
             return {TEXT_SIGNATURE: ids, IDS_SIGNATURE: ids}
         sentences = tf.TensorSpec([None], tf.string, name="sentences")
-        text = tf.function(self.translate_text, input_signature=[sentences])
-        with_alpha = tf.function(
+        text = graph_function(self.translate_text, input_signature=[sentences])
+        with_alpha = graph_function(
             self.translate_text,
             input_signature=[sentences, tf.TensorSpec([], tf.float32, name="alpha")],
         )

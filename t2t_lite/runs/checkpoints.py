@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError, first_line
+from t2t_lite.graph import graph_function
 
 # What a damaged checkpoint raises while being restored: fall back to the previous
 # one. Anything else (permission denied, an unavailable file system, a checkpoint of
@@ -108,7 +109,7 @@ class CheckpointKeeper:
             )
         self.manager = self._manager(max_to_keep)
         self._partial = False
-        self._all_finite = tf.function(
+        self._all_finite = graph_function(
             lambda: tf.reduce_all(
                 [tf.reduce_all(tf.math.is_finite(v)) for v in variables]
             )

@@ -20,10 +20,10 @@ import json
 import os
 
 import tensorflow as tf
-
 from absl import logging
 
 from t2t_lite.errors import UserError
+from t2t_lite.graph import graph_function
 
 _JOBS = ("chief", "worker")
 
@@ -243,7 +243,7 @@ def gather_workers(strategy, value):
     local = max(strategy.num_replicas_in_sync // num_workers(strategy), 1)
     mine = tf.constant([int(value)], tf.int64)
 
-    @tf.function
+    @graph_function
     def gather():
         def replica():
             return tf.distribute.get_replica_context().all_gather(mine, axis=0)

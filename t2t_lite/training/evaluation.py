@@ -6,6 +6,7 @@ import tensorflow as tf
 from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder
 from t2t_lite.errors import UserError
+from t2t_lite.graph import graph_function
 from t2t_lite.models.losses import token_accuracy, token_loss
 
 _BATCH_SIGNATURE = (
@@ -24,7 +25,7 @@ class Evaluator:
     def __init__(self, model, label_smoothing):
         self.model = model
         self.label_smoothing = label_smoothing
-        self._step = tf.function(self._batch_sums, input_signature=_BATCH_SIGNATURE)
+        self._step = graph_function(self._batch_sums, input_signature=_BATCH_SIGNATURE)
 
     def _batch_sums(self, batch):
         logits = self.model(batch, training=False)  # [batch, length, vocab]

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from t2t_lite.graph import graph_function
+
 
 class TracedOnce:
     """A tf.function over distributed batches, traced once for every batch shape.
@@ -18,7 +20,7 @@ class TracedOnce:
     def _compiled(self, batch):
         if self._function is None:
             spec = tf.nest.map_structure(self._relaxed_spec, batch)
-            self._function = tf.function(self._fn, input_signature=[spec])
+            self._function = graph_function(self._fn, input_signature=[spec])
         return self._function
 
     def _relaxed_spec(self, value):

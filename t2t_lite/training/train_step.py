@@ -39,6 +39,7 @@ unscales once, on the summed gradient, and an overflow skips the whole update.
 
 import tensorflow as tf
 
+from t2t_lite.graph import graph_function
 from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
 from t2t_lite.optim.batch_schedule import FixedWindows
@@ -143,7 +144,7 @@ class TrainStep:
         self._stop_vote = tf.Variable(0.0, trainable=False, name="stop_vote")
         self.jit_compile = jit_compile
         if jit_compile:  # XLA: see _compile
-            self._gradients = tf.function(self._gradients, jit_compile=True)
+            self._gradients = graph_function(self._gradients, jit_compile=True)
         self.accumulate = self._compile(self._accumulate_body, closes_window=False)
         self.accumulate_and_update = self._compile(
             self._update_body, closes_window=True
@@ -267,7 +268,7 @@ class TrainStep:
         Adam, scatter_add into the accumulators) measured slower than TF's kernels.
         """
         if self.strategy.num_replicas_in_sync == 1:
-            return tf.function(
+            return graph_function(
                 self._run(body, closes_window), input_signature=_BATCH_SIGNATURE
             )
         return TracedOnce(self._run(body, closes_window), self.strategy)

@@ -1,0 +1,108 @@
+"""What a fresh process pays before its first update: building the run and the
+first call of each compiled function (its trace and graph
+optimization), with t2t_lite's functions compiled as they are (without AutoGraph,
+t2t_lite/graph.py) and with AutoGraph on, side by side.
+
+Each configuration runs in a fresh process, interleaved over rounds; the child
+prints one JSON line of seconds; "process" is its whole life (TensorFlow's
+import included), timed by the parent.
+
+  python scripts/bench_startup.py --rounds=3
+  python scripts/bench_startup.py --hparams_set=transformer_base --rounds=2
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import benchlib
+
+CONFIGS = ("graph_function", "autograph")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--hparams_set", default="transformer_test")
+    p.add_argument("--config", default="", help=argparse.SUPPRESS)  # child mode
+    return p.parse_args(argv)
+
+
+def child(args):
+    import numpy as np
+    import tensorflow as tf
+
+    from t2t_lite.training.evaluation import Evaluator
+
+    if args.config == "autograph":
+        # graph_function looks tf.function up when it is called: force AutoGraph on.
+        plain = tf.function
+        tf.function = lambda fn=None, **kw: plain(fn, **{**kw, "autograph": True})
+    out = {}
+    hp = benchlib.hparams(args.hparams_set, optimizer_multistep_accumulate_steps=2)
+    began = time.perf_counter()
+    run = benchlib.build_seeded_run(hp, vocab_size=1000, train_steps=100, seed=1)
+    out["build"] = time.perf_counter() - began
+    rng = np.random.default_rng(0)
+    batch = {
+        key: tf.constant(rng.integers(2, 1000, size=(8, 20)), tf.int32)
+        for key in ("inputs", "targets")
+    }
+    for name, call in (
+        ("accumulate", lambda: run.step.accumulate(batch)),
+        ("update", lambda: run.step.accumulate_and_update(batch)),
+        ("evaluate", lambda: Evaluator(run.model, 0.1)._step(batch)),
+    ):
+        began = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), call())
+        out[name] = time.perf_counter() - began
+    began = time.perf_counter()
+    run.step.accumulate(batch)["loss_sum"][0].numpy()
+    out["accumulate_again"] = time.perf_counter() - began
+    print(json.dumps(out))
+
+
+def main(argv):
+    args = parse(argv)
+    if args.config:
+        return child(args)
+    benchlib.print_start()
+    results = {config: [] for config in CONFIGS}
+
+    def run_one(config, _):
+        began = time.perf_counter()
+        stdout, _ = benchlib.run_python(
+            [__file__, f"--config={config}", f"--hparams_set={args.hparams_set}"]
+        )
+        results[config].append(
+            {**benchlib.last_json(stdout), "process": time.perf_counter() - began}
+        )
+
+    benchlib.interleave(CONFIGS, args.rounds, run_one, label="startup")
+    keys = list(results[CONFIGS[0]][0])
+    print(f"\nmedian seconds over {args.rounds} rounds ({args.hparams_set}):")
+    print(f"{'':18}" + "".join(f"{c:>16}" for c in CONFIGS) + f"{'ratio':>8}")
+    for key in keys + ["first_calls"]:
+        values = {}
+        for config in CONFIGS:
+            rows = results[config]
+            if key == "first_calls":
+                per_round = [
+                    r["accumulate"] + r["update"] + r["evaluate"] for r in rows
+                ]
+            else:
+                per_round = [r[key] for r in rows]
+            values[config] = per_round
+        ratio = benchlib.median_ratio(values["graph_function"], values["autograph"])
+        print(
+            f"{key:18}"
+            + "".join(f"{statistics.median(values[c]):16.2f}" for c in CONFIGS)
+            + f"{ratio:8.2f}"
+        )
+    print(json.dumps({"results": results}))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
