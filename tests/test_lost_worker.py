@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +23,11 @@ from t2t_lite.training.lost_worker import lost_tasks, newest_common_step
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def start(output_dir, log_dir, kill_at=None):
-    """Two workers on 127.0.0.1; kill_at: {worker: micro-step it dies before}."""
+def start(output_dir, **placements):
+    """Two workers on 127.0.0.1 training into output_dir, logging to a new folder
+    next to it; returns (workers, log folder). placements: kill_at_step,
+    freeze_at_step or kill_in_save, each {worker: step}
+    (tests/lost_worker_trainer.py)."""
     args = [
         sys.executable,
         os.path.join(HERE, "lost_worker_trainer.py"),
@@ -37,14 +42,28 @@ def start(output_dir, log_dir, kill_at=None):
         "--deterministic",
         "--lost_worker_timeout=5",
     ]
-    kill_at = kill_at or {}
-    extra_env = [{"KILL_AT_STEP": str(kill_at.get(i, -1))} for i in range(2)]
-    return launch_workers(args, log_dir, extra_env)
+    extra_env = [
+        {
+            name.upper(): str(steps[i])
+            for name, steps in placements.items()
+            if i in steps
+        }
+        for i in range(2)
+    ]
+    log_dir = tempfile.mkdtemp(prefix="logs-", dir=os.path.dirname(output_dir))
+    return launch_workers(args, log_dir, extra_env), log_dir
 
 
-def finish(workers, log_dir):
+def finish(launch, frozen=None):
+    """Exit codes and logs of both workers of `launch` (start's result). frozen: a
+    worker that stopped itself (SIGSTOP), killed once the other has exited, as an
+    operator would."""
+    workers, log_dir = launch
+    if frozen is not None:
+        workers[1 - frozen].wait(timeout=240)
+        workers[frozen].kill()
     codes = [w.wait(timeout=240) for w in workers]  # a hang fails here
-    logs = [open(os.path.join(log_dir, f"worker{i}.log")).read() for i in range(2)]
+    logs = [Path(log_dir, f"worker{i}.log").read_text() for i in range(2)]
     return codes, logs
 
 
@@ -52,34 +71,62 @@ def last_line(log):
     return log.strip().splitlines()[-1]
 
 
+def assert_lost_line(log, lost, steps, common):
+    """The survivor's last line: regex alternatives `lost` (who) and `steps` (the
+    step it was at: a survivor may finish the micro-step in flight), and the
+    newest common checkpoint."""
+    assert re.fullmatch(
+        rf"t2t-trainer: error: ({lost}) of the run was lost( \(it stopped sending "
+        rf"heartbeats\))? at step ({steps}); the newest checkpoint every worker has "
+        rf"is step {common}; run the same command on every worker to resume\.",
+        last_line(log),
+    ), log[-3000:]
+
+
 @pytest.mark.slow
-def test_a_killed_worker_stops_the_other_and_a_rerun_resumes_from_a_common_step(
-    tmp_path,
-):
+def test_lost_workers_stop_the_other_and_reruns_resume_from_a_common_step(tmp_path):
+    """n=2, saves every 4 micro-steps, 12 in all; each rerun of the same command
+    resumes the run the previous launch left and places the next loss."""
     reference, run = tmp_path / "reference", tmp_path / "run"
-    codes, logs = finish(start(reference, tmp_path), tmp_path)
+    # The uninterrupted run trains alongside the first loss (whose survivor spends
+    # most of its time waiting for heartbeats).
+    uninterrupted = start(reference)
+
+    # The chief (also the coordination service's leader) hangs inside a window:
+    # frozen before micro-step 5, after both saved step 4. Nothing closes its
+    # sockets; worker 1 notices through its heartbeats.
+    codes, logs = finish(start(run, freeze_at_step={0: 5}), frozen=0)
+    assert codes == [-9, 2], logs[1][-3000:]
+    assert_lost_line(logs[1], "worker 0|the other worker", "5|6", 4)
+
+    # Worker 1 dies on entering the save of step 8, while the chief is in its
+    # own: the chief's save fails on the lost peer, not on its output_dir.
+    codes, logs = finish(start(run, kill_in_save={1: 8}))
+    assert codes == [2, -9], logs[0][-3000:]
+    assert f"Resumed from {run}/model-4 (global step 4" in logs[0]
+    assert_lost_line(logs[0], "worker 1", "8", 4)
+    assert "cannot write" not in logs[0]
+
+    # The chief dies just before micro-step 9 (the update closing the window of
+    # steps 8 and 9), after both saved step 8.
+    codes, logs = finish(start(run, kill_at_step={0: 9}))
+    assert codes == [-9, 2], logs[1][-3000:]
+    assert_lost_line(logs[1], "worker 0", "9|10", 8)
+    codes, logs = finish(uninterrupted)
     assert codes == [0, 0], logs[0][-2000:] + logs[1][-2000:]
 
-    # The chief (also the coordination service's leader) dies just before
-    # micro-step 9 (the update closing the window of steps 8 and 9), after the
-    # saves at steps 4 and 8.
-    codes, logs = finish(start(run, tmp_path, kill_at={0: 9}), tmp_path)
-    assert codes[0] == -9 and codes[1] == 2, logs[1][-3000:]
-    # Lost through its closed sockets or its missing heartbeat, whichever TF sees
-    # first; the survivor may have run micro-step 9 before the update failed.
-    assert re.fullmatch(
-        r"t2t-trainer: error: worker 0 of the run was lost( \(it stopped sending "
-        r"heartbeats\))? at step (9|10); the newest checkpoint every worker has is "
-        r"step 8; run the same command on every worker to resume\.",
-        last_line(logs[1]),
-    ), logs[1][-3000:]
+    # Worker 1 lost every checkpoint (in a copy of the run): no step is on both,
+    # nothing trains. Its launch runs alongside the next one.
     lost_all = tmp_path / "lost_all"
     shutil.copytree(run, lost_all)
+    shutil.rmtree(lost_all / "workers" / "worker-1")
+    refused = start(lost_all)
 
-    # Worker 1's newest checkpoint is damaged: both resume from step 4.
+    # Worker 1's newest checkpoint is damaged: both resume from step 4 and end
+    # where the uninterrupted run ended.
     data = run / "workers" / "worker-1" / "model-8.data-00000-of-00001"
     data.write_bytes(data.read_bytes()[:100])
-    codes, logs = finish(start(run, tmp_path), tmp_path)
+    codes, logs = finish(start(run))
     assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     for log in logs:
         assert "worker 0: 8, worker 1: 4): every worker resumes from step 4" in log
@@ -91,9 +138,7 @@ def test_a_killed_worker_stops_the_other_and_a_rerun_resumes_from_a_common_step(
     for key in expected:
         np.testing.assert_allclose(finished[key], expected[key], rtol=1e-5, err_msg=key)
 
-    # Worker 1 lost every checkpoint: no step is on both, nothing trains.
-    shutil.rmtree(lost_all / "workers" / "worker-1")
-    codes, logs = finish(start(lost_all, tmp_path), tmp_path)
+    codes, logs = finish(refused)
     assert codes == [2, 2], logs[0][-3000:]
     for log in logs:
         assert last_line(log) == (
@@ -136,7 +181,7 @@ TWO = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
             cluster({"worker": ["a:1"]}, {"type": "worker", "index": 1}),
             "task index 1 is outside the cluster's 1 worker task(s)",
         ),
-        (cluster({"worker": []}, {"type": "worker"}), "has no \"chief\" or \"worker\""),
+        (cluster({"worker": []}, {"type": "worker"}), 'has no "chief" or "worker"'),
         (
             cluster({"worker": ["a:1", "a:1"]}, {"type": "worker", "index": 0}),
             "address a:1 is given twice (worker 0 and worker 1)",
@@ -161,9 +206,19 @@ def test_a_one_worker_tf_config_is_read():
 def test_the_cli_refuses_a_bad_tf_config_before_writing(tmp_path):
     env = dict(os.environ, TF_CONFIG=cluster(TWO, {"type": "worker", "index": 3}))
     out = subprocess.run(
-        [sys.executable, "-m", "t2t_lite.bin.trainer", "--hparams_set=transformer_test",
-         f"--output_dir={tmp_path / 'run'}", "--train_steps=2"],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "t2t_lite.bin.trainer",
+            "--hparams_set=transformer_test",
+            f"--output_dir={tmp_path / 'run'}",
+            "--train_steps=2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == (
@@ -184,7 +239,10 @@ def test_lost_tasks_are_named_from_the_error_text_without_this_one():
 
 
 def test_the_newest_common_step_is_on_every_worker(tmp_path):
-    for directory, steps in ((tmp_path, (4, 8, 12)), (tmp_path / "workers" / "worker-1", (4, 8))):
+    for directory, steps in (
+        (tmp_path, (4, 8, 12)),
+        (tmp_path / "workers" / "worker-1", (4, 8)),
+    ):
         directory.mkdir(parents=True, exist_ok=True)
         for step in steps:
             (directory / f"model-{step}.index").write_text("")
