@@ -9,7 +9,11 @@ long the survivor takes to exit and keeps the last line it printed, then runs bo
 commands again to the end and compares the final checkpoint with an uninterrupted
 run's (every variable but the input iterators; "exact" = equal to rtol 1e-5).
 
+With --freeze the victim is SIGSTOPped instead: alive, sockets open, silent (a hung
+machine); the survivor can only notice the missing heartbeats.
+
   python scripts/bench_lost_worker.py --trials=20
+  python scripts/bench_lost_worker.py --trials=6 --freeze
 """
 
 import argparse
@@ -17,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -55,7 +60,7 @@ def start(output_dir, train_steps, log_prefix):
         env["TF_CONFIG"] = json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": index}}
         )
-        log = open(f"{log_prefix}{index}.log", "w")
+        log = open(f"{log_prefix}{index}.log", "w")  # noqa: SIM115 (the child's)
         workers.append(
             subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         )
@@ -63,7 +68,8 @@ def start(output_dir, train_steps, log_prefix):
 
 
 def last_line(path):
-    lines = [line for line in open(path).read().splitlines() if line.strip()]
+    with open(path) as f:
+        lines = [line for line in f.read().splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
 
@@ -87,7 +93,7 @@ def max_relative_difference(a, b):
     return worst
 
 
-def trial(root, index, victim, kill_after, train_steps, reference):
+def trial(root, index, victim, kill_after, train_steps, reference, freeze=False):
     run = os.path.join(root, f"trial{index}")
     log = os.path.join(root, f"trial{index}-first-worker")
     workers = start(run, train_steps, log)
@@ -95,15 +101,19 @@ def trial(root, index, victim, kill_after, train_steps, reference):
     while began is None or time.monotonic() - began < kill_after:
         if all(w.poll() is not None for w in workers):
             break
-        if began is None and "] step 1," in open(f"{log}0.log").read():
-            began = time.monotonic()
+        if began is None:
+            with open(f"{log}0.log") as f:
+                began = time.monotonic() if "] step 1," in f.read() else None
         time.sleep(0.1)
     result = {"victim": victim, "kill_after": round(kill_after, 1)}
     if workers[victim].poll() is not None:
         result["note"] = "the run ended before the kill"
     else:
-        workers[victim].kill()
-        workers[victim].wait()
+        if freeze:  # alive with its sockets open, silent: a hung machine
+            workers[victim].send_signal(signal.SIGSTOP)
+        else:
+            workers[victim].kill()
+            workers[victim].wait()
         killed = time.monotonic()
         survivor = workers[1 - victim]
         try:
@@ -113,6 +123,8 @@ def trial(root, index, victim, kill_after, train_steps, reference):
             result["survivor_exit"] = "hung (killed after 300 s)"
         result["survivor_seconds"] = round(time.monotonic() - killed, 1)
         result["survivor_line"] = last_line(f"{log}{1 - victim}.log")
+        workers[victim].kill()  # a frozen victim, as an operator would
+        workers[victim].wait()
     log = os.path.join(root, f"trial{index}-rerun-worker")
     codes = [w.wait(timeout=600) for w in start(run, train_steps, log)]
     result["rerun_exits"] = codes
@@ -136,6 +148,11 @@ def main(argv):
         "--kill_seconds", default="0,25", help="MIN,MAX after the first step"
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--freeze",
+        action="store_true",
+        help="SIGSTOP the victim instead (killed once the survivor has exited)",
+    )
     args = p.parse_args(argv)
     low, high = (float(v) for v in args.kill_seconds.split(","))
     rng = random.Random(args.seed)
@@ -152,7 +169,13 @@ def main(argv):
     results = []
     for index in range(args.trials):
         result = trial(
-            root, index, index % 2, rng.uniform(low, high), args.train_steps, reference
+            root,
+            index,
+            index % 2,
+            rng.uniform(low, high),
+            args.train_steps,
+            reference,
+            freeze=args.freeze,
         )
         results.append(result)
         print(json.dumps(result), flush=True)
