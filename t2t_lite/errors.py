@@ -1,8 +1,23 @@
-"""The base of every user-facing error, and the one helper that quotes others.
+"""The base of every user-facing error, the helper that quotes others, and the test
+that tells a lost peer of a multi-host run from any other TensorFlow error.
 
 The CLIs catch UserError and print its message as one line, without a traceback
 (docs/design.md §6); anything else is a bug in t2t_lite and keeps its traceback.
 """
+
+import tensorflow as tf
+
+# What a collective or the coordination service raises when another worker is gone
+# (training/lost_worker.py words it for the user):
+_PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.InternalError,
+)
+# What distinguishes a failed collective from any other op's error of those types:
+_PEER_SIGNS = ("Collective", "heartbeat", "coordination service", "Coordination")
 
 
 class UserError(ValueError):
@@ -16,3 +31,11 @@ def first_line(error):
         if line.strip():
             return line.strip()
     return type(error).__name__
+
+
+def is_peer_failure(error):
+    """Whether `error` is a collective or coordination failure, i.e. another
+    worker is gone, not something wrong with this worker's own work."""
+    return isinstance(error, _PEER_ERRORS) and any(
+        sign in str(error) for sign in _PEER_SIGNS
+    )

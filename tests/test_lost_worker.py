@@ -253,7 +253,8 @@ def test_the_newest_common_step_is_on_every_worker(tmp_path):
 def test_an_unnamed_lost_peer_of_two_is_the_other_worker(tmp_path):
     import tensorflow as tf
 
-    from t2t_lite.training.lost_worker import is_peer_failure, worker_lost
+    from t2t_lite.errors import is_peer_failure
+    from t2t_lite.training.lost_worker import worker_lost
 
     error = tf.errors.DeadlineExceededError(
         None, None, "Collective ops is aborted by: Deadline Exceeded"

@@ -16,7 +16,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.errors import UserError, first_line
+from t2t_lite.errors import UserError, first_line, is_peer_failure
 from t2t_lite.graph import graph_function
 
 # What a damaged checkpoint raises while being restored: fall back to the previous
@@ -232,7 +232,7 @@ class CheckpointKeeper:
         try:
             return self.manager.save(checkpoint_number=number)
         except (OSError, tf.errors.OpError) as e:
-            if "Collective" in str(e):
+            if is_peer_failure(e):
                 # Reading replica-local variables for the save is a collective:
                 # another worker is gone, the output_dir is fine. The trainer
                 # says so (training/lost_worker.py).

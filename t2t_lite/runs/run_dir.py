@@ -6,6 +6,8 @@ Layout (T2T-like):
   OUTPUT_DIR/checkpoint, model-N.* tf.train.CheckpointManager files
   OUTPUT_DIR/metrics.jsonl         one JSON line per evaluation
   OUTPUT_DIR/train/, eval/         TensorBoard event files
+  OUTPUT_DIR/workers/worker-I/     checkpoints of worker I > 0 of a multi-host run
+                                   (their own input positions; the chief's are above)
 """
 
 import json
@@ -40,6 +42,13 @@ CHANGEABLE_ON_RESUME = frozenset(
         "max_consecutive_bad_updates",
     }
 )
+
+
+def worker_checkpoint_dir(output_dir, worker):
+    """Where worker `worker` (0: the chief) of a run keeps its checkpoints."""
+    if worker == 0:
+        return output_dir
+    return os.path.join(output_dir, "workers", f"worker-{worker}")
 
 
 def _has_checkpoint(output_dir):

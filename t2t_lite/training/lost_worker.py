@@ -11,38 +11,20 @@ has, and what to run to resume — instead of a raw "[[{{node CollectiveReduceV2
 or a save error that would blame the output directory.
 """
 
-import os
 import re
 
-import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
+from t2t_lite.runs import run_dir
 from t2t_lite.runs.checkpoints import checkpoints_on_disk
 from t2t_lite.training.distribution import gather_workers
 
-_PEER_ERRORS = (
-    tf.errors.UnavailableError,
-    tf.errors.CancelledError,
-    tf.errors.AbortedError,
-    tf.errors.DeadlineExceededError,
-    tf.errors.InternalError,
-)
-# What distinguishes a failed collective from any other op's error of those types:
-_PEER_SIGNS = ("Collective", "heartbeat", "coordination service", "Coordination")
 _TASK = re.compile(r"/job:(chief|worker)/replica:\d+/task:(\d+)")
 
 
 class WorkerLost(UserError):
     """Another worker of the run is gone; this one stopped (exit status 2)."""
-
-
-def is_peer_failure(error):
-    """Whether `error` is a collective or coordination failure, i.e. another
-    worker is gone, not something wrong with this worker's own work."""
-    return isinstance(error, _PEER_ERRORS) and any(
-        sign in str(error) for sign in _PEER_SIGNS
-    )
 
 
 def lost_tasks(error, own):
@@ -56,18 +38,11 @@ def lost_tasks(error, own):
     return [f"{job} {index}" for job, index in found]
 
 
-def worker_dirs(output_dir, workers):
-    """Where each worker keeps its checkpoints: the chief (worker 0) in
-    output_dir, worker I in output_dir/workers/worker-I (training/open_run.py)."""
-    return [output_dir] + [
-        os.path.join(output_dir, "workers", f"worker-{i}") for i in range(1, workers)
-    ]
-
-
 def newest_common_step(output_dir, workers):
     """The newest checkpoint step that every worker's directory holds, or None."""
     common = None
-    for directory in worker_dirs(output_dir, workers):
+    for worker in range(workers):
+        directory = run_dir.worker_checkpoint_dir(output_dir, worker)
         steps = {step for step, _ in checkpoints_on_disk(directory)}
         common = steps if common is None else common & steps
     return max(common) if common else None

@@ -16,7 +16,6 @@ checkpoints (their input iterators) under OUTPUT_DIR/workers/worker-I, so a
 multi-host run also resumes exactly.
 """
 
-import os
 import time
 
 import keras
@@ -193,10 +192,8 @@ class OpenRun:
         )
 
     def _checkpoint_dir(self):
-        if self.chief:
-            return self.config.output_dir
-        path = os.path.join(
-            self.config.output_dir, "workers", f"worker-{worker_index(self.strategy)}"
+        path = run_dir.worker_checkpoint_dir(
+            self.config.output_dir, worker_index(self.strategy)
         )
         tf.io.gfile.makedirs(path)
         return path

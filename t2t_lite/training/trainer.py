@@ -10,9 +10,10 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite.errors import is_peer_failure
 from t2t_lite.optim.batch_schedule import window_plan
 from t2t_lite.training.hooks import Loop, default_hooks
-from t2t_lite.training.lost_worker import is_peer_failure, worker_lost
+from t2t_lite.training.lost_worker import worker_lost
 from t2t_lite.training.open_run import OpenRun
 from t2t_lite.training.preemption import StopRequest
 from t2t_lite.training.run_config import RunConfig, RunConfigError
