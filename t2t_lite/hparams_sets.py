@@ -31,6 +31,9 @@ def transformer_base():
     # Compute dtype (float32, bfloat16, float16); weights, slots, accumulators, logits
     # and the loss stay float32; float16 adds dynamic loss scaling:
     d("activation_dtype", "float32")
+    # Recompute each layer's activations in the backward pass instead of keeping them
+    # (less memory for one more forward pass per layer; dropout masks are replayed):
+    d("recompute_grad", False)
     # --- Data and batching ---
     d("batch_size", 4096)  # tokens per replica per micro-batch, padding included
     d("max_length", 256)  # longer examples are dropped; 0 means batch_size

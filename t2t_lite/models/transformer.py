@@ -14,6 +14,7 @@ import tensorflow as tf
 from t2t_lite.constants import NEG_INF, PAD_ID
 from t2t_lite.hparams_checks import check_transformer_hparams
 from t2t_lite.models.kernels import LayerNormalization, dropout
+from t2t_lite.models.recompute import recomputed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,9 @@ class TransformerConfig:
     # The compute dtype: float32, bfloat16 or float16. Variables stay float32 (Keras's
     # "mixed_*" policies); logits are returned as float32.
     activation_dtype: str = "float32"
+    # Recompute each encoder/decoder layer's activations in the backward pass instead
+    # of keeping them (models/recompute.py): less memory, one more forward pass.
+    recompute_grad: bool = False
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -479,6 +483,7 @@ class Transformer(keras.Model):
             norm_epsilon=hp.norm_epsilon,
             initializer_gain=hp.initializer_gain,
             activation_dtype=hp.activation_dtype,
+            recompute_grad=bool(hp.recompute_grad),
         )
         return cls(config, **kwargs)
 
@@ -505,7 +510,12 @@ class Transformer(keras.Model):
         x = self.source_embedding(inputs)  # [batch, src_len, hidden]
         x = self._add_timing_and_dropout(x, training)
         for layer in self.encoder_layers:
-            x = layer(x, bias, training=training)
+            if training and self.config.recompute_grad:
+                x = recomputed(
+                    layer, lambda x, layer=layer: layer(x, bias, training=True), x
+                )
+            else:
+                x = layer(x, bias, training=training)
         return self.encoder_norm(x), bias
 
     def _decode(
@@ -515,6 +525,8 @@ class Transformer(keras.Model):
         (float32 logits [batch, new, vocab], per layer its cache including them)."""
         x = self.target_embedding(ids)  # [batch, new, hidden]
         x = self._add_timing_and_dropout(x, training, start_index=start)
+        if training and self.config.recompute_grad and caches[0] is None:
+            return self._decode_recomputed(x, encoder_output, self_bias, encdec_bias)
         new_caches = []
         for layer, cache in zip(self.decoder_layers, caches):
             x, cache = layer(
@@ -529,6 +541,29 @@ class Transformer(keras.Model):
         x = self.decoder_norm(x)  # [batch, new, hidden]
         logits = self.softmax(x, mode="linear")  # [batch, new, vocab]
         return tf.cast(logits, tf.float32), new_caches
+
+    def _decode_recomputed(self, x, encoder_output, self_bias, encdec_bias):
+        """The training decoder with each layer recomputed in the backward pass
+        (models/recompute.py); x [batch, tgt_len, hidden] embedded and dropped out."""
+
+        def layer_output(layer):
+            def call(x, encoder_output):
+                output, _ = layer(
+                    x,
+                    encoder_output=encoder_output,
+                    self_bias=self_bias,
+                    encdec_bias=encdec_bias,
+                    training=True,
+                )
+                return output
+
+            return call
+
+        for layer in self.decoder_layers:
+            x = recomputed(layer, layer_output(layer), x, encoder_output)
+        x = self.decoder_norm(x)  # [batch, tgt_len, hidden]
+        logits = self.softmax(x, mode="linear")  # [batch, tgt_len, vocab]
+        return tf.cast(logits, tf.float32), [None] * len(self.decoder_layers)
 
     def decode(
         self, decoder_input_ids, encoder_output, encoder_decoder_bias, training=False
