@@ -244,7 +244,9 @@ def report(configs, results):
             )
         summary[label] = {"tokens_per_second": values, "median_ratio": ratio}
         if "noise_ops_ms" in results[config][0]:
-            shares = [r["noise_ops_ms"] / r["ms_per_micro_step"] for r in results[config]]
+            shares = [
+                r["noise_ops_ms"] / r["ms_per_micro_step"] for r in results[config]
+            ]
             share = sorted(shares)[len(shares) // 2]
             print(
                 "   noise-scale ops per micro-step: "

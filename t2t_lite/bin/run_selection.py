@@ -23,9 +23,7 @@ def define_run_selection_flags(module_name, purpose):
         "problem", "", "Problem; default: the run's (run.json).", **define
     )
     flags.DEFINE_string("model", "", "Model; default: the run's (run.json).", **define)
-    flags.DEFINE_string(
-        "hparams_set", "", "Default: the run's hparams.json.", **define
-    )
+    flags.DEFINE_string("hparams_set", "", "Default: the run's hparams.json.", **define)
     flags.DEFINE_string(
         "hparams", "", "Must agree with the run's hparams.json.", **define
     )
