@@ -14,11 +14,11 @@ from t2t_lite.registry import MODELS, OPTIMIZERS
 # What the trainer, the data pipeline, the optimizer and the schedule read, for every
 # model. A user's hparams set starts from a registered one, so it has them all.
 _POSITIVE = (
-    "batch_size",
     "min_length_bucket",
     "max_consecutive_bad_updates",
 )
 _NON_NEGATIVE = (
+    "batch_size",  # 0: auto (training/auto_batch.py)
     "max_length",
     "optimizer_multistep_accumulate_steps",
     "clip_grad_norm",
@@ -111,6 +111,8 @@ def validate(hp, model="transformer"):
             "hparams effective_batch_size and optimizer_multistep_accumulate_steps "
             "both set the accumulation steps; set one of them."
         )
+    if hp.batch_size == 0:
+        _check_auto_batch_size(hp)
     if hp.batch_size_schedule:
         _check_batch_size_schedule(hp)
     model_class = MODELS.get(model) if isinstance(model, str) else model
@@ -122,6 +124,22 @@ def validate(hp, model="transformer"):
     return hp
 
 
+def _check_auto_batch_size(hp):
+    """batch_size=0 (auto) fits the micro-batch to memory and must keep the update
+    the user asked for: that takes a length to probe at and a size per update."""
+    if hp.max_length <= 0:
+        raise HParamsError(
+            "hparams batch_size=0 (auto) probes at the longest length: it needs "
+            "max_length > 0."
+        )
+    if not (hp.effective_batch_size or hp.batch_size_schedule):
+        raise HParamsError(
+            "hparams batch_size=0 (auto) needs effective_batch_size or "
+            "batch_size_schedule: the tokens per update to keep while the "
+            "micro-batch fits the memory."
+        )
+
+
 def _check_batch_size_schedule(hp):
     """The schedule parses (on one replica; more replicas are checked when the run
     is built), is the only thing that sets n, and an adaptive one can work."""
@@ -131,7 +149,9 @@ def _check_batch_size_schedule(hp):
                 f"hparams batch_size_schedule and {key} both set the accumulation "
                 "steps; set one of them."
             )
-    plan = parse_batch_size_schedule(hp.batch_size_schedule, hp.batch_size)
+    # Under batch_size=0 (auto), checked with one sentence per micro-batch.
+    micro = hp.batch_size or hp.max_length + 1
+    plan = parse_batch_size_schedule(hp.batch_size_schedule, micro)
     if plan.kind != "adaptive":
         return
     if not hp.log_noise_scale:

@@ -35,7 +35,9 @@ def transformer_base():
     # (less memory for one more forward pass per layer; dropout masks are replayed):
     d("recompute_grad", False)
     # --- Data and batching ---
-    d("batch_size", 4096)  # tokens per replica per micro-batch, padding included
+    # Tokens per replica per micro-batch, padding included; 0: the largest that fits
+    # in memory (needs effective_batch_size or batch_size_schedule):
+    d("batch_size", 4096)
     d("max_length", 256)  # longer examples are dropped; 0 means batch_size
     d("min_length_bucket", 8)  # smallest length bucket boundary
     d("length_bucket_step", 1.1)  # bucket boundaries grow by this factor

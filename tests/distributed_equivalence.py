@@ -20,6 +20,10 @@ case's two functions are traced under the counter before they train (and must be
 traced only that once), with a control that adds one all-reduce per micro-step and
 must be seen.
 
+The momentum case runs once more under a simulated memory limit that makes
+micro-batches split (training/out_of_memory.py): both replicas' shares halved alike,
+some down to one sentence beside an empty share, and the same reference must hold.
+
 Prints one JSON line.
 """
 
@@ -38,6 +42,7 @@ from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 
 from t2t_lite.models.losses import token_loss
 from t2t_lite.training.build import build_run
+from t2t_lite.training.out_of_memory import SimulatedMemory
 from t2t_lite.training.train_step import TrainStep
 
 N, REPLICAS, UPDATES = 3, 2, 4
@@ -199,6 +204,15 @@ def distribute(strategy, batches):
     )
 
 
+def longest_pair(micro):
+    """Source plus target tokens of the longest sentence pair in `micro`."""
+    return max(
+        int(np.sum(b["inputs"][row] > 0) + np.sum(b["targets"][row] > 0))
+        for b in micro
+        for row in range(len(b["inputs"]))
+    )
+
+
 def ratio(actual, expected, rtol=1e-5, atol=1e-7):
     """max |a − e| / (rtol·|e| + atol); < 1 means equal."""
     return max(
@@ -253,8 +267,13 @@ def main():
             {"clip_grad_norm": 0.05, "weight_decay": 0.1},
         ),
     }
+    cases["momentum_split"] = ("momentum", {})
     for name, (optimizer, knobs) in cases.items():
         run = distributed(strategy, start, optimizer, **knobs)
+        if name == "momentum_split":
+            # Room for the longest sentence pair alone, and so for no micro-batch
+            # of the longer ones: these are split, some more than once.
+            run.step.simulated_memory = SimulatedMemory(longest_pair(micro))
         if name == "sgd":  # its two functions, traced here by the counter, then run
             report["accumulate_groups"], _ = traced_groups(
                 counter, run.step.accumulate, batch
@@ -280,6 +299,10 @@ def main():
             run.step.accumulate.experimental_get_tracing_count(),
             run.step.accumulate_and_update.experimental_get_tracing_count(),
         ]
+    report["splits"] = int(tf.convert_to_tensor(run.step.oom_splits))
+    report["part_groups"], _ = traced_groups(
+        counter, distributed(strategy, start, "sgd").step.accumulate_part, batch
+    )
     report["variables"] = len(run.model.trainable_variables)
     chatty = distributed(strategy, start, "sgd", ChattyStep)  # traced only
     report["control_accumulate_groups"], _ = traced_groups(

@@ -22,7 +22,9 @@ def equivalence():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["sgd", "momentum", "momentum_clip_decay"])
+@pytest.mark.parametrize(
+    "case", ["sgd", "momentum", "momentum_clip_decay", "momentum_split"]
+)
 def test_replicas_times_accumulation_equal_the_hand_computed_update(equivalence, case):
     """2 replicas × n=3 × 4 updates == w − lr(u)·g(u) computed by hand (docs/design.md §2)."""
     assert equivalence[f"{case}_updates"] == 4
@@ -45,6 +47,15 @@ def test_one_all_reduce_per_update_and_none_in_between(equivalence):
     assert equivalence["update_tensors"] == equivalence["variables"] + 3 + 3
     # The control: an all-reduce added to each accumulate micro-step is seen.
     assert equivalence["control_accumulate_groups"] == 1
+
+
+@pytest.mark.slow
+def test_split_micro_batches_stay_exact_on_replicas(equivalence):
+    """Micro-batches that ran out of memory were split on both replicas alike (the
+    weights are checked with the other cases) and the parts do not communicate, so
+    workers that split differently still meet in the same all-reduce."""
+    assert equivalence["splits"] > 4
+    assert equivalence["part_groups"] == 0
 
 
 # --- two workers on this machine (MultiWorkerMirroredStrategy via TF_CONFIG) --------

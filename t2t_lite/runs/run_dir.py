@@ -170,6 +170,17 @@ def read_metrics(output_dir):
     return records
 
 
+def read_run_file(output_dir):
+    """run.json's content, or {} when there is none or it is unreadable
+    (check_run_identity reports an unreadable run.json)."""
+    path = os.path.join(output_dir, RUN_FILE)
+    try:
+        stored = json.loads(_read_text(path)) if tf.io.gfile.exists(path) else {}
+    except (OSError, tf.errors.OpError, json.JSONDecodeError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
 def record_train_steps(output_dir, train_steps):
     """Stores train_steps in run.json; returns the value stored before (None if
     none). Not part of the run's identity: a resume may change it."""

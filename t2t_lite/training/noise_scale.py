@@ -87,15 +87,19 @@ class NoiseScale(tf.Module):
         return squared_norm(gradients) / tf.square(tokens), 1.0 / tokens, 1.0
 
     def add(self, stats):
-        for variable, value in zip(self._sums(), stats):
-            variable.assign_add(value)
+        # Not before the micro-batch's gradient norm exists (the count is a
+        # constant that could be added before its step fails, train_step.py).
+        with tf.control_dependencies([stats[0]]):
+            for variable, value in zip(self._sums(), stats):
+                variable.assign_add(value)
 
     def window(self, stats):
         """This replica's window sums including the last micro-batch's `stats`;
         the sums are reset for the next window."""
         totals = [v.read_value() + s for v, s in zip(self._sums(), stats)]
-        for variable in self._sums():
-            variable.assign(0.0)
+        with tf.control_dependencies(totals):  # not before the step has its stats
+            for variable in self._sums():
+                variable.assign(0.0)
         return totals
 
     def _sums(self):

@@ -16,6 +16,7 @@ checkpoints (their input iterators) under OUTPUT_DIR/workers/worker-I, so a
 multi-host run also resumes exactly.
 """
 
+import dataclasses
 import time
 
 import keras
@@ -29,6 +30,7 @@ from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import check_metric
 from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
 from t2t_lite.runs.warm_start import warm_start
+from t2t_lite.training.auto_batch import AutoBatch, AutoBatchError, probe_batch_size
 from t2t_lite.training.build import build_run
 from t2t_lite.training.distribution import (
     is_chief,
@@ -53,10 +55,13 @@ class OpenRun:
     events (training/hooks.py); `notify` calls them.
     """
 
-    def __init__(self, config, hp, strategy=None, hooks=()):
+    def __init__(self, config, hp, strategy=None, hooks=(), simulated_memory=None):
         """config: a RunConfig (checked when built); hp: validated hparams
-        (bin/trainer.py's build_hparams parses and checks them)."""
-        self.config, self.hp, self.hooks = config, hp, list(hooks)
+        (bin/trainer.py's build_hparams parses and checks them). simulated_memory:
+        a training/out_of_memory.SimulatedMemory (tests and benchmarks)."""
+        self.config, self.hooks = config, list(hooks)
+        # hparams as given (hparams.json); self.hp has batch_size=0 (auto) resolved.
+        self.given_hp = self.hp = hp
         self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
         self.input_pipeline_changed = False  # set by restore(): data order restarts
         self.strategy = strategy or tf.distribute.get_strategy()
@@ -65,6 +70,10 @@ class OpenRun:
         self.workers = num_workers(self.strategy)
         self.task = task(self.strategy)  # (type, index) in TF_CONFIG's cluster
         self.problem = self._load_problem()
+        self.auto_batch = None
+        if hp.batch_size == 0:
+            self.auto_batch = self._auto_batch(simulated_memory)
+            self.hp = hp = hp.copy().override(batch_size=self.auto_batch.batch_size)
         # The window plan checked on this replica count before anything is written
         # (the train step's own copy, built below, is the one that runs):
         plan = window_plan(hp, self.replicas)
@@ -93,6 +102,7 @@ class OpenRun:
         )
         self.model, self.optimizer = self.run.model, self.run.optimizer
         self.schedule, self.step = self.run.schedule, self.run.step
+        self.step.simulated_memory = simulated_memory
         self.plan = self.step.plan
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
         self.bleu_evaluator = self._bleu_evaluator()
@@ -132,7 +142,7 @@ class OpenRun:
         """hparams.json, run.json and train_steps of an existing run must agree
         (runs/run_dir.py): a resume never mixes two different runs."""
         config = self.config
-        run_dir.prepare_output_dir(config.output_dir, self.hp)
+        run_dir.prepare_output_dir(config.output_dir, self.given_hp)
         run_dir.check_run_identity(
             config.output_dir,
             {
@@ -141,6 +151,7 @@ class OpenRun:
                 "vocab_fingerprint": self.problem.vocab_fingerprint(),
                 "accumulate_steps": self.n or "batch_size_schedule",
                 **self._micro_batch_identity(),
+                **self._auto_batch_identity(),
             },
             hints={
                 "accumulate_steps": self._accumulation_hint(),
@@ -153,6 +164,47 @@ class OpenRun:
             config.train_steps,
             self.hp,
         )
+
+    def _auto_batch(self, simulated_memory):
+        """batch_size=0: the micro-batch run.json recorded, or a probe's
+        (training/auto_batch.py), before anything is written."""
+        config = self.config
+        stored = run_dir.read_run_file(config.output_dir).get("auto_batch")
+        if stored:
+            found = AutoBatch(**stored)
+            logging.info("%s (recorded in run.json when the run started)", found.line())
+            return found
+        if self.workers > 1:
+            raise AutoBatchError(
+                "batch_size=0 (auto) probes the devices of one host; on several "
+                "hosts give batch_size (the probe's result on one host, for one)."
+            )
+        found = probe_batch_size(
+            self.hp,
+            vocab_size=self.problem.vocab_size,
+            strategy=self.strategy,
+            model=config.model,
+            memory_budget_gb=config.memory_budget,
+            headroom=config.memory_headroom,
+            max_sentences=self._enough_sentences(),
+            simulated_memory=simulated_memory,
+            jit_compile=config.xla,
+        )
+        logging.info(found.line())
+        return found
+
+    def _enough_sentences(self):
+        """Sentences of max_length beyond which a micro-batch would exceed the
+        update itself (effective_batch_size), or None (no such bound)."""
+        if self.hp.effective_batch_size <= 0:
+            return None
+        per_replica = -(-self.hp.effective_batch_size // self.replicas)
+        return max(1, per_replica // (self.hp.max_length + 1))
+
+    def _auto_batch_identity(self):
+        if self.auto_batch is None:
+            return {}
+        return {"auto_batch": dataclasses.asdict(self.auto_batch)}
 
     def _micro_batch_identity(self):
         """Under a batch-size schedule, the tokens of one micro-step over all
@@ -180,7 +232,9 @@ class OpenRun:
     def _bleu_evaluator(self):
         """BLEU at evaluation, on the chief, for problems with dev text."""
         config = self.config
-        if not (config.eval_bleu_sentences and self.problem.reports_bleu and self.chief):
+        if not (
+            config.eval_bleu_sentences and self.problem.reports_bleu and self.chief
+        ):
             return None
         return BleuEvaluator(
             self.model,

@@ -41,7 +41,9 @@ def option(default, help, minimum=None, maximum=None, choices=None):
 class RunConfig:
     """What a run needs besides hparams (T2T's flag names; see docs/training.md)."""
 
-    problem: str = option("algorithmic_reverse", "Registered problem name (docs/data.md).")
+    problem: str = option(
+        "algorithmic_reverse", "Registered problem name (docs/data.md)."
+    )
     model: str = option("transformer", "Registered model name.")
     output_dir: str = option(
         "",
@@ -59,7 +61,9 @@ class RunConfig:
         "The problem's vocabulary and TFRecords, written by t2t-datagen (the "
         "algorithmic problems generate in-process and need none).",
     )
-    eval_steps: int = option(100, "Dev batches per evaluation; <= 0: the whole dev set.")
+    eval_steps: int = option(
+        100, "Dev batches per evaluation; <= 0: the whole dev set."
+    )
     local_eval_frequency: int = option(
         1000, "Evaluate every this many steps; 0: only at the end.", minimum=0
     )
@@ -115,7 +119,7 @@ class RunConfig:
     eval_use_test_set: bool = option(
         False,
         "Evaluate (loss, accuracy, BLEU) on the problem's test split instead of dev "
-        "(T2T's flag; metrics.jsonl records carry \"eval_split\": \"test\"); its "
+        '(T2T\'s flag; metrics.jsonl records carry "eval_split": "test"); its '
         "data needs one (t2t-datagen --test_source/--test_target), checked before "
         "anything is written. A run already at train_steps only evaluates.",
     )
@@ -142,6 +146,21 @@ class RunConfig:
         "(T2T's flag; 0: off).",
         minimum=0.0,
     )
+    memory_budget: float = option(
+        0.0,
+        "With batch_size=0 (auto): GB of device memory one micro-step may use at its "
+        "peak (TensorFlow's allocator; weights, slots and accumulators included); "
+        "required on a CPU, optional on a GPU, whose out-of-memory error bounds the "
+        'probe anyway (docs/training.md, "Fitting the micro-batch to memory").',
+        minimum=0.0,
+    )
+    memory_headroom: float = option(
+        0.1,
+        "With batch_size=0 (auto): the micro-batch holds this fraction fewer "
+        "sentences than the largest that fit.",
+        minimum=0.0,
+        maximum=0.9,
+    )
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -167,9 +186,7 @@ def _check(field, value):
     if kind is float:
         type_ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not type_ok:
-        raise RunConfigError(
-            field.name, f"must be {_type_name(kind)}, got {value!r}."
-        )
+        raise RunConfigError(field.name, f"must be {_type_name(kind)}, got {value!r}.")
     if meta["min"] is not None and value < meta["min"]:
         raise RunConfigError(field.name, f"must be >= {meta['min']}, got {value}.")
     if meta["max"] is not None and value > meta["max"]:

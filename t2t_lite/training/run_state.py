@@ -230,6 +230,9 @@ class RunLog:
         noise = self.step.noise_scale_value()
         if noise is not None:
             record["noise_scale"] = noise
+        splits = int(tf.convert_to_tensor(self.step.oom_splits))
+        if splits:
+            record["oom_splits"] = splits
         return record
 
     def training(self, meter, done):
@@ -277,6 +280,8 @@ class RunLog:
             text += f", {facts['tokens_per_update']} tokens/update"
         if "noise_scale" in facts:
             text += f", noise scale ≈ {_short(facts['noise_scale'])} tokens/update"
+        if "oom_splits" in facts:
+            text += f", {facts['oom_splits']} out-of-memory splits"
         return text
 
     def evaluation(self, record, summaries=True):

@@ -31,6 +31,11 @@ SIGTERM on one of them stops all of them at the same update, with no extra
 communication. Tested with MirroredStrategy over logical CPUs and with
 MultiWorkerMirroredStrategy across processes.
 
+Out of memory: a micro-batch whose step raises ResourceExhaustedError is split by
+sentences and accumulated in halves (training/out_of_memory.py). For that, a failed
+call must leave the state as it was: every write waits for the whole forward and
+backward pass (`_complete`), and the counters for the body's outputs.
+
 Mixed precision: the model computes in its policy's dtype; gradients, accumulators and
 all update arithmetic are float32. Under float16 a `DynamicLossScale`
 (training/loss_scale.py) scales each micro-batch's loss in `_gradients`; `_update`
@@ -38,6 +43,7 @@ unscales once, on the summed gradient, and an overflow skips the whole update.
 """
 
 import tensorflow as tf
+from absl import logging
 
 from t2t_lite.graph import graph_function
 from t2t_lite.models.losses import token_loss
@@ -45,6 +51,7 @@ from t2t_lite.optim.accumulator import GradientAccumulator
 from t2t_lite.optim.batch_schedule import FixedWindows
 from t2t_lite.optim.optimizers import skip_keras_all_reduce
 from t2t_lite.optim.weight_decay import add_weight_decay
+from t2t_lite.training import out_of_memory
 from t2t_lite.training.noise_scale import NoiseScale
 from t2t_lite.training.traced_once import TracedOnce
 
@@ -57,6 +64,7 @@ OPTIONAL_CHECKPOINT_ITEMS = (
     "tokens_seen",
     "noise_scale",
     "adaptive_batch",
+    "oom_splits",
 )
 
 _BATCH_SIGNATURE = (
@@ -126,6 +134,8 @@ class TrainStep:
             self.window_size = _counter("window_size")
             self.window_position = _counter("window_position")
             self.tokens_seen = _counter("tokens_seen")  # non-pad target tokens
+            # Micro-batches (or parts of one) split because they ran out of memory.
+            self.oom_splits = _counter("oom_splits")
             can_vary = not windows.constant or windows.n > 1
             self.noise_scale = None
             if noise_scale_decay is not None and (
@@ -145,9 +155,18 @@ class TrainStep:
         self.jit_compile = jit_compile
         if jit_compile:  # XLA: see _compile
             self._gradients = graph_function(self._gradients, jit_compile=True)
+        # Tests and benchmarks set a training/out_of_memory.SimulatedMemory here.
+        self.simulated_memory = None
+        self._compile_all()
+
+    def _compile_all(self):
         self.accumulate = self._compile(self._accumulate_body, closes_window=False)
         self.accumulate_and_update = self._compile(
             self._update_body, closes_window=True
+        )
+        # The halves of a split micro-batch but the last: accumulate, no micro-step.
+        self.accumulate_part = self._compile(
+            self._accumulate_body, closes_window=False, advances=False
         )
 
     @property
@@ -198,10 +217,58 @@ class TrainStep:
             yield size, 0
 
     def train_on(self, batch, closes_window):
-        """One micro-step of the current window; the last one updates."""
-        if closes_window:
-            return self.accumulate_and_update(batch)
-        return self.accumulate(batch)
+        """One micro-step of the current window; the last one updates. A micro-batch
+        that does not fit in memory is split (training/out_of_memory.py)."""
+        return self._fitted(batch, "update" if closes_window else "accumulate")
+
+    def _fitted(self, batch, kind):
+        """Runs `kind` ("accumulate", "update" or "part") on `batch`, or, when it
+        runs out of memory, "part" on the first half and `kind` on the second."""
+        try:
+            if self.simulated_memory is not None:
+                self.simulated_memory.check(batch, self.strategy)
+            return self._function(kind)(batch)
+        except tf.errors.ResourceExhaustedError as error:
+            first, second = out_of_memory.halves(batch, self.strategy, error)
+            self._split(batch, first, second)
+            return out_of_memory.merged(
+                self._fitted(first, "part"), self._fitted(second, kind)
+            )
+
+    def probe(self, batch):
+        """One accumulate-and-update step on `batch` as it is, never split: the
+        auto batch size's probe (training/auto_batch.py), on a throwaway run.
+        Raises ResourceExhaustedError when the step does not fit."""
+        if self.simulated_memory is not None:
+            self.simulated_memory.check(batch, self.strategy)
+        return self.accumulate_and_update(batch)
+
+    def _function(self, kind):
+        return {
+            "accumulate": self.accumulate,
+            "update": self.accumulate_and_update,
+            "part": self.accumulate_part,
+        }[kind]
+
+    def _split(self, batch, first, second):
+        """Counts and logs a split; the first one of a run without accumulators
+        (a fixed n of 1) creates them: the halves need somewhere to add up."""
+        self.oom_splits.assign_add(1)
+        sizes = [
+            out_of_memory.padded_tokens(part, self.strategy)
+            for part in (batch, first, second)
+        ]
+        logging.warning(
+            "Out of memory at step %d on a micro-batch of %d padded tokens: "
+            "accumulating it in two parts of %d and %d (%d splits so far).",
+            self.micro_step,
+            *sizes,
+            int(tf.convert_to_tensor(self.oom_splits)),
+        )
+        if self.accumulator is None:
+            with self.strategy.scope():
+                self.accumulator = GradientAccumulator(self.model.trainable_variables)
+            self._compile_all()
 
     def noise_scale_value(self):
         """B_simple in tokens from the moving averages, or None when not measured
@@ -244,6 +311,7 @@ class TrainStep:
             window_size=self.window_size,
             window_position=self.window_position,
             tokens_seen=self.tokens_seen,
+            oom_splits=self.oom_splits,
         )
         if self.accumulator is not None:
             items["accumulator"] = self.accumulator
@@ -255,7 +323,7 @@ class TrainStep:
             items["loss_scale"] = self.loss_scale
         return items
 
-    def _compile(self, body, closes_window):
+    def _compile(self, body, closes_window, advances=True):
         """One trace for all batch shapes: a [None, None] signature on one replica;
         distributed (PerReplica) batches get the same, built from the first batch.
 
@@ -269,33 +337,39 @@ class TrainStep:
         """
         if self.strategy.num_replicas_in_sync == 1:
             return graph_function(
-                self._run(body, closes_window), input_signature=_BATCH_SIGNATURE
+                self._run(body, closes_window, advances),
+                input_signature=_BATCH_SIGNATURE,
             )
-        return TracedOnce(self._run(body, closes_window), self.strategy)
+        return TracedOnce(self._run(body, closes_window, advances), self.strategy)
 
     # --- replica-level bodies -------------------------------------------------------
 
-    def _run(self, body, closes_window):
+    def _run(self, body, closes_window, advances):
         """Wraps a replica body: no cross-replica reduction of its outputs.
 
         The per-replica loss sums and token counts are returned as they are (a tuple
         of one tensor per local replica) and added on the host when a log line is
         written, and `global_step` and the window position move in cross-replica
         context, so nothing is communicated between replicas on a micro-step that
-        is not an update.
+        is not an update. The counters move only once the body has finished (a call
+        that fails part-way has not taken its micro-step), and not at all for a
+        part of a split micro-batch (`advances` False).
         """
 
         def run(batch):
             outputs = self.strategy.run(body, args=(batch,))
-            self.global_step.assign_add(1)
-            if closes_window:
-                self.window_position.assign(0)
-            else:
-                self.window_position.assign_add(1)
-            return {
+            outputs = {
                 k: tuple(self.strategy.experimental_local_results(v))
                 for k, v in outputs.items()
             }
+            if advances:
+                with tf.control_dependencies(tf.nest.flatten(outputs)):
+                    self.global_step.assign_add(1)
+                    if closes_window:
+                        self.window_position.assign(0)
+                    else:
+                        self.window_position.assign_add(1)
+            return outputs
 
         return run
 
@@ -312,14 +386,14 @@ class TrainStep:
         return tape.gradient(scaled, variables), loss_sum, tokens
 
     def _accumulate_body(self, batch):
-        gradients, loss_sum, tokens = self._gradients(batch)
+        gradients, loss_sum, tokens = _complete(*self._gradients(batch))
         self.accumulator.add(gradients, loss_sum, tokens)
         if self.noise_scale is not None:
             self.noise_scale.add(NoiseScale.micro_batch(gradients, tokens))
         return {"loss_sum": loss_sum, "tokens": tokens}
 
     def _update_body(self, batch):
-        gradients, loss_sum, tokens = self._gradients(batch)
+        gradients, loss_sum, tokens = _complete(*self._gradients(batch))
         noise = None
         if self.noise_scale is not None:
             noise = self.noise_scale.window(NoiseScale.micro_batch(gradients, tokens))
@@ -328,7 +402,8 @@ class TrainStep:
         else:
             summed = self.accumulator.plus(gradients, loss_sum, tokens)
             window = self._update(*summed, noise)
-            self.accumulator.reset()
+            with tf.control_dependencies(tf.nest.flatten(window)):
+                self.accumulator.reset()  # not before the update is done
         return {"loss_sum": loss_sum, "tokens": tokens, **window}
 
     def _update(self, gradients, loss_sum, tokens, noise=None):
@@ -350,7 +425,6 @@ class TrainStep:
         )
         gradients, scalars = reduced[: len(gradients)], reduced[len(gradients) :]
         (loss_sum, tokens, votes), noise = scalars[:3], scalars[3:]
-        self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
         # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
         # rows absent from the batch are not decayed), which would make an accumulated
         # update differ from the big-batch one. Dense is T2T's MultistepAdam (T2T's
@@ -362,6 +436,8 @@ class TrainStep:
         gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
         variables = self.model.trainable_variables
         norm = tf.linalg.global_norm(gradients)  # before weight decay
+        with tf.control_dependencies([norm]):  # once the dense gradient exists
+            self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
         measured = {}
         if noise:
             measured["noise_scale"] = self._measure_noise(norm, tokens, noise)
@@ -456,6 +532,29 @@ class TrainStep:
         tf.distribute.get_replica_context().merge_call(
             cross_replica, args=(finite, overflow, gradients, clipped)
         )
+
+
+def _complete(gradients, loss_sum, tokens):
+    """The micro-batch's gradients, loss and tokens, available only once all of
+    them are computed. Without this, writes fed by the gradients computed first
+    (accumulator adds, the noise scale's sums) could run while the backward pass
+    is still going, and a call that then runs out of memory would leave them
+    half done. It keeps the micro-batch's gradients alive together, as an update
+    does anyway; the activations are mostly freed by then."""
+    tensors = [loss_sum, tokens] + [
+        t
+        for g in gradients
+        if g is not None
+        for t in tf.nest.flatten(g, expand_composites=True)
+    ]
+    with tf.control_dependencies(tensors):
+        gradients = [
+            None
+            if g is None
+            else tf.nest.map_structure(tf.identity, g, expand_composites=True)
+            for g in gradients
+        ]
+        return gradients, tf.identity(loss_sum), tf.identity(tokens)
 
 
 def _counter(name):

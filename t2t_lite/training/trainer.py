@@ -61,11 +61,11 @@ class Trainer(OpenRun):
     returns the final evaluation.
 
     callbacks: extra hooks after the default ones (training/hooks.py), e.g. the
-    profilers' timers in scripts/.
+    profilers' timers in scripts/. simulated_memory: see OpenRun.
     """
 
-    def __init__(self, config, hp, strategy=None, callbacks=()):
-        super().__init__(config, hp, strategy)
+    def __init__(self, config, hp, strategy=None, callbacks=(), simulated_memory=None):
+        super().__init__(config, hp, strategy, simulated_memory=simulated_memory)
         self.hooks = default_hooks(self) + list(callbacks)
 
     def train(self):
