@@ -19,7 +19,7 @@ from t2t_lite.hparams import HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import transformer_test
 from t2t_lite.training.auto_batch import AutoBatchError, _largest, probe_batch_size
-from t2t_lite.training.out_of_memory import SimulatedMemory
+from t2t_lite.training.out_of_memory import MicroBatchTooLarge, SimulatedMemory
 from t2t_lite.training.trainer import RunConfig, Trainer
 
 MAX_LENGTH = 32  # transformer_test's
@@ -68,6 +68,18 @@ def test_the_largest_micro_batch_that_fits_then_n_follows_and_resume_reuses_it(
     resumed = _trainer(tmp_path, again, train_steps=8, headroom=0.5)
     assert again.calls == 0
     assert resumed.hp.batch_size == 165 and resumed.n == 4
+
+    # Memory for less than one sentence pair: the run stops with one line naming
+    # the pair's lengths, and its checkpoint stays as it was.
+    checkpoint_files = {p.name: p.read_bytes() for p in tmp_path.glob("model-*")}
+    resumed.step.simulated_memory = SimulatedMemory(max_tokens=2)
+    with pytest.raises(MicroBatchTooLarge, match="source .* tokens, target") as error:
+        resumed.train()
+    assert "\n" not in str(error.value)
+    assert checkpoint_files
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("model-*")} == (
+        checkpoint_files
+    )
 
 
 def test_headroom_takes_a_fraction_of_the_sentences():

@@ -151,7 +151,7 @@ class RunConfig:
         "With batch_size=0 (auto): GB of device memory one micro-step may use at its "
         "peak (TensorFlow's allocator; weights, slots and accumulators included); "
         "required on a CPU, optional on a GPU, whose out-of-memory error bounds the "
-        'probe anyway (docs/training.md, "Fitting the micro-batch to memory").',
+        "probe anyway (docs/memory.md).",
         minimum=0.0,
     )
     memory_headroom: float = option(
