@@ -54,8 +54,15 @@ def test_the_largest_micro_batch_that_fits_then_n_follows_and_resume_reuses_it(
     assert trainer.n == math.ceil(EFFECTIVE / trainer.hp.batch_size) == 4
     assert memory.refused >= 1 and memory.calls == trainer.auto_batch.probes
     assert "batch_size auto: 165 tokens per micro-batch" in caplog.text
+    # Less memory while training than the probe had: micro-batches are split,
+    # and the splits are counted in metrics.jsonl.
+    trainer.step.simulated_memory = SimulatedMemory(max_tokens=3 * 2 * MAX_LENGTH)
     trainer.train()
     assert trainer.step.micro_step == 4 and trainer.step.update_step == 1
+    splits = int(trainer.step.oom_splits)
+    assert splits > 0 and "out-of-memory splits" in caplog.text
+    metrics = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(metrics[-1])["oom_splits"] == splits
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["auto_batch"]["batch_size"] == 165
     assert run["auto_batch"]["largest_sentences"] == 5

@@ -54,12 +54,13 @@ def initial_weights():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2])
-def test_split_micro_batches_give_the_clean_run(n):
+def test_split_micro_batches_give_the_clean_run(n, caplog):
     sizes = [padded_tokens(b, tf.distribute.get_strategy()) for b in batches()]
     # Below the largest micro-batches and below some of their halves: splits
     # happen at accumulate and update micro-steps, some of them twice.
     memory = SimulatedMemory(max_tokens=sorted(sizes)[2])
     clean_model, clean = trained(n)
+    caplog.set_level("WARNING")
     model, step = trained(n, memory)
     assert tolerance_ratio(model, clean_model) < 1
     assert step.micro_step == clean.micro_step == STEPS
@@ -67,6 +68,10 @@ def test_split_micro_batches_give_the_clean_run(n):
     assert int(step.tokens_seen) == int(clean.tokens_seen)
     splits = int(step.oom_splits)
     assert splits == memory.refused > sum(s > memory.max_tokens for s in sizes)
+    logged = [r.getMessage() for r in caplog.records]
+    logged = [m for m in logged if m.startswith("Out of memory at step")]
+    assert len(logged) == splits
+    assert logged[-1].endswith(f"({splits} splits so far).")
     assert int(clean.oom_splits) == 0
     if n == 1:  # the first split gave the run its accumulators
         assert clean.accumulator is None and step.accumulator is not None
