@@ -20,6 +20,10 @@ case's two functions are traced under the counter before they train (and must be
 traced only that once), with a control that adds one all-reduce per micro-step and
 must be seen.
 
+A step that fails on one replica only (an error injected into replica 1's backward
+pass) leaves replica 0's accumulators and noise-scale sums, and the counters, as they
+were: a retry of the micro-batch must not count replica 0's share twice.
+
 The momentum case runs once more under a simulated memory limit that makes
 micro-batches split (training/out_of_memory.py): both replicas' shares halved alike,
 some down to one sentence beside an empty share, and the same reference must hold.
@@ -246,6 +250,51 @@ class ChattyStep(TrainStep):
         return out
 
 
+def one_replica_fails(strategy, micro):
+    """Whether a step failing on replica 1 alone left every replica's state as it
+    was, for an accumulate and an update micro-step."""
+    run = build_run(
+        hparams("momentum"),
+        vocab_size=VOCAB,
+        train_steps=8,
+        strategy=strategy,
+    )
+    step, original, fail = run.step, run.step._gradients, tf.Variable(False)
+
+    def failing_gradients(batch):
+        gradients, loss_sum, tokens = original(batch)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+
+        def check(flag, replica, _):
+            if flag and replica == 1:
+                raise ValueError("injected failure on replica 1")
+            return flag
+
+        ok = tf.numpy_function(check, [fail, replica, loss_sum], tf.bool)
+        with tf.control_dependencies([ok]):
+            return gradients, loss_sum, tf.identity(tokens)
+
+    step._gradients = failing_gradients
+    step.recompile()
+    step.train_on(distribute(strategy, micro[:REPLICAS]), False)
+
+    def state():
+        values = [step.accumulator.tokens, *step.noise_scale._sums()]
+        local = [strategy.experimental_local_results(v) for v in values]
+        return [float(t) for results in local for t in results] + [step.micro_step]
+
+    before = state()
+    fail.assign(True)
+    unchanged = []
+    for closes in (False, True):
+        try:
+            step.train_on(distribute(strategy, micro[REPLICAS : 2 * REPLICAS]), closes)
+            unchanged.append(False)  # it should have failed
+        except tf.errors.OpError:
+            unchanged.append(state() == before)
+    return unchanged
+
+
 def main():
     micro = uneven_micro_batches(N * REPLICAS * UPDATES, seed=3)
     counter = CountingReduction()
@@ -308,6 +357,7 @@ def main():
     report["control_accumulate_groups"], _ = traced_groups(
         counter, chatty.step.accumulate, batch
     )
+    report["one_replica_fails_unchanged"] = one_replica_fails(strategy, micro)
     print(json.dumps(report))
 
 

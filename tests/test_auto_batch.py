@@ -12,13 +12,20 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import t2t_lite  # noqa: F401
 from t2t_lite.hparams import HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.auto_batch import AutoBatchError, _largest, probe_batch_size
+from t2t_lite.training.auto_batch import (
+    AutoBatchError,
+    _largest,
+    first_update_tokens,
+    probe_batch_size,
+)
+from t2t_lite.training.build import build_run
 from t2t_lite.training.out_of_memory import MicroBatchTooLarge, SimulatedMemory
 from t2t_lite.training.trainer import RunConfig, Trainer
 
@@ -89,26 +96,63 @@ def test_the_largest_micro_batch_that_fits_then_n_follows_and_resume_reuses_it(
     )
 
 
-def test_headroom_takes_a_fraction_of_the_sentences():
-    memory = SimulatedMemory(max_tokens=10 * 2 * MAX_LENGTH)
-    found = probe_batch_size(
-        _hparams(),
-        vocab_size=12,
-        strategy=_default_strategy(),
-        model="transformer",
-        headroom=0.25,
+@pytest.fixture(scope="module")
+def provisional_run():
+    """A run as OpenRun builds it for batch_size=0: one sentence per micro-batch."""
+    return build_run(
+        _hparams().override(batch_size=MAX_LENGTH + 1), vocab_size=12, train_steps=8
+    )
+
+
+def _probe(run, memory, headroom):
+    return probe_batch_size(
+        run,
+        headroom=headroom,
+        tokens_per_update=first_update_tokens(run.hp, 1),
         simulated_memory=memory,
     )
-    assert found.largest_sentences == 10
-    assert found.sentences == 7  # int(10 * 0.75)
+
+
+def test_the_probe_puts_the_run_back_and_takes_headroom(provisional_run):
+    run = provisional_run
+    before = [v.numpy() for v in run.model.weights + run.optimizer.variables]
+    memory = SimulatedMemory(max_tokens=10 * 2 * MAX_LENGTH)
+    found = _probe(run, memory, headroom=0.25)
+    assert found.largest_sentences == 10 and memory.refused == 3  # 16, 12, 11
+    assert found.sentences == 7  # int(10 * 0.75); n = 3 needs 7 sentences too
     assert found.batch_size == 7 * (MAX_LENGTH + 1)
+    after = [v.numpy() for v in run.model.weights + run.optimizer.variables]
+    for expected, actual in zip(before, after, strict=True):
+        np.testing.assert_array_equal(actual, expected)  # the probe stepped...
+    assert run.step.micro_step == 0 and run.step.update_step == 0  # ...and undid it
+    assert run.step.simulated_memory is None
+
+
+def test_an_update_is_never_much_more_than_asked_for(provisional_run):
+    """Room for every micro-batch up to a whole update: the search stops there,
+    and the micro-batch is evened out so that n of them just reach the update."""
+    found = _probe(provisional_run, SimulatedMemory(10**6), headroom=0.1)
+    per_sentence = MAX_LENGTH + 1
+    assert found.largest_sentences == EFFECTIVE // per_sentence  # the cap, 18
+    n = math.ceil(EFFECTIVE / found.batch_size)
+    assert EFFECTIVE <= n * found.batch_size < EFFECTIVE + n * per_sentence
+
+
+def test_a_schedule_caps_the_micro_batch_at_its_smallest_update():
+    assert first_update_tokens(_hparams(), replicas=2) == EFFECTIVE // 2
+    hp = transformer_test().override(
+        batch_size=0, batch_size_schedule="linear:200,2000,10"
+    )
+    assert first_update_tokens(hp, replicas=1) == 200
+    hp.batch_size_schedule = "adaptive:400,4000"
+    assert first_update_tokens(hp, replicas=1) == 200  # MIN holds two micro-batches
 
 
 def test_the_search_finds_the_boundary_with_few_steps():
     for boundary in (1, 2, 3, 7, 64, 100, 1000):
         tried = []
 
-        def fits(r, boundary=boundary):
+        def fits(r, boundary=boundary, tried=tried):
             tried.append(r)
             return r <= boundary
 
@@ -128,11 +172,9 @@ def test_auto_needs_a_size_per_update_and_a_length():
     )
 
 
-def test_a_cpu_needs_a_memory_budget():
+def test_a_cpu_needs_a_memory_budget(provisional_run):
     with pytest.raises(AutoBatchError, match="needs --memory_budget") as raised:
-        probe_batch_size(
-            _hparams(), vocab_size=12, strategy=_default_strategy(), model="transformer"
-        )
+        probe_batch_size(provisional_run, tokens_per_update=EFFECTIVE)
     assert "\n" not in str(raised.value)
 
 
@@ -171,9 +213,3 @@ def test_a_memory_budget_bounds_the_micro_batch_on_a_cpu(tmp_path):
     for result in found.values():
         assert result["sentences"] == int(0.9 * result["largest_sentences"])
         assert result["batch_size"] == result["sentences"] * (MAX_LENGTH + 1)
-
-
-def _default_strategy():
-    import tensorflow as tf
-
-    return tf.distribute.get_strategy()

@@ -58,6 +58,13 @@ def test_split_micro_batches_stay_exact_on_replicas(equivalence):
     assert equivalence["part_groups"] == 0
 
 
+@pytest.mark.slow
+def test_a_step_failing_on_one_replica_leaves_every_replica_as_it_was(equivalence):
+    """Accumulate and update micro-steps: the other replica's accumulators and
+    noise-scale sums were not written, the counters did not move."""
+    assert equivalence["one_replica_fails_unchanged"] == [True, True]
+
+
 # --- two workers on this machine (MultiWorkerMirroredStrategy via TF_CONFIG) --------
 
 

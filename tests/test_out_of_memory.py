@@ -21,6 +21,7 @@ from window_reference import drive
 from t2t_lite.training.out_of_memory import (
     MicroBatchTooLarge,
     SimulatedMemory,
+    StepOutOfMemory,
     halves,
     padded_tokens,
 )
@@ -127,7 +128,7 @@ def test_a_failed_call_leaves_the_state_as_it_was():
         return gradients, loss_sum, tokens
 
     step._gradients = failing_gradients
-    step._compile_all()
+    step.recompile()
     feed = batches()
     for closes, batch in zip([False, False], feed):
         step.train_on(batch, closes)
@@ -145,3 +146,46 @@ def test_a_failed_call_leaves_the_state_as_it_was():
             step.train_on(feed[2], closes)
         for expected, actual in zip(before, state(), strict=True):
             np.testing.assert_array_equal(actual, expected)
+
+
+def test_what_an_update_writes_waits_for_the_apply():
+    """A failure inside the optimizer's apply (here: before its last variable is
+    written) leaves counters, tokens seen, the noise scale and the accumulators as
+    they were, and marks the step as stopped inside the apply, where a split cannot
+    repair the partly updated weights: an out-of-memory error there is one line."""
+    hp = tiny_hparams(optimizer="momentum", optimizer_multistep_accumulate_steps=2)
+    _, step = build(hp, STEPS)
+    feed = batches()
+    step.train_on(feed[0], False)
+    original_apply, fail = step.optimizer.apply, tf.Variable(False)
+
+    def failing_apply(gradients, variables):
+        def check(flag):
+            if flag:
+                raise ValueError("injected failure")
+            return flag
+
+        ok = tf.numpy_function(check, [fail], tf.bool)
+        with tf.control_dependencies([ok]):
+            last = tf.identity(gradients[-1])
+        return original_apply(list(gradients[:-1]) + [last], variables)
+
+    step.optimizer.apply = failing_apply
+    step.recompile()
+    values = [step.global_step, step.window_position, step.tokens_seen]
+    values += step.accumulator.gradients + [step.accumulator.tokens]
+    values += list(step.noise_scale._sums()) + [step.noise_scale.weight]
+    before = [np.array(tf.convert_to_tensor(v)) for v in values]
+    fail.assign(True)
+    with pytest.raises(tf.errors.OpError, match="injected failure"):
+        step.train_on(feed[1], True)
+    for expected, variable in zip(before, values, strict=True):
+        np.testing.assert_array_equal(
+            np.array(tf.convert_to_tensor(variable)), expected
+        )
+    # (Keras's own iteration count may have moved with the weights it updated.)
+    assert int(step._applying.numpy()) == 1  # entered the apply, never left it
+    step.simulated_memory = SimulatedMemory(max_tokens=0)  # now run out of memory
+    with pytest.raises(StepOutOfMemory, match="inside the optimizer's update") as error:
+        step.train_on(feed[1], True)
+    assert "\n" not in str(error.value)

@@ -1,33 +1,39 @@
 """batch_size=0 (auto): the largest micro-batch that fits, found before training,
-with the update's size kept as asked (docs/design.md §2.7).
+with the update's size kept as asked (docs/memory.md, docs/design.md §2.7).
 
 The worst case of a run's micro-batches is the longest length bucket: with
 `batch_size` b it holds b // (max_length + 1) sentences of up to max_length tokens
 (data/pipeline.py), and every shorter bucket holds as many tokens in shorter
-sentences, so less attention memory. The probe therefore builds a throwaway run of
-the same model, optimizer and accumulators and runs its full accumulate-and-update
-step on batches of r sentences of max_length tokens on both sides, every replica
-alike: r = 1, 2, 4, ... until one does not fit, then a bisection. A step fits when it
-runs (on a GPU a step that does not raises ResourceExhaustedError) and, under
-`memory_budget`, when the allocator's peak during it stays within the budget (on a
-CPU, which would rather swap than fail, the budget is required). The micro-batch
-chosen holds (1 - headroom) of the largest r, so that what the probe did not
-exercise (fragmentation, another process) has room.
+sentences, so less attention memory. The probe runs the run's own full
+accumulate-and-update step on batches of r sentences of max_length tokens on both
+sides, every replica alike: r = 1, 2, 4, ... until one does not fit, then a
+bisection. A step fits when it runs (on a GPU a step that does not raises
+ResourceExhaustedError) and, under `memory_budget`, when the allocator's peak during
+it stays within the budget (on a CPU, which would rather swap than fail, the budget is
+required). The micro-batch chosen holds (1 - headroom) of the largest r, so that what
+the probe did not exercise (fragmentation, another process) has room.
 
-n then follows from effective_batch_size or batch_size_schedule as for any
-batch_size, so the update is the one asked for whatever the device. The result
-goes to run.json and a resumed run reuses it without probing: its windows were
-sized with it.
+It is the run's own step, not a copy: TensorFlow keeps the memory of a run that has
+stepped even once its Python objects are gone, so a throwaway copy would leave the
+real run less memory than was measured. Every variable the run checkpoints is copied
+to the host first and put back afterwards, so the run starts as if never probed.
+
+The search stops at the micro-batch that would hold a whole update (the first one of
+a schedule): beyond it n cannot shrink. With effective_batch_size the micro-batch is
+then evened out: n = ceil(tokens per update / fitted micro-batch), and the micro-batch
+the smallest that reaches the update with that n, so an update is never much larger
+than asked for.
 """
 
 import dataclasses
-import gc
+import math
 import time
 
+import keras
 import tensorflow as tf
 
 from t2t_lite.errors import UserError
-from t2t_lite.training.build import build_run
+from t2t_lite.optim.batch_schedule import parse_batch_size_schedule
 
 GB = 10**9
 
@@ -44,6 +50,16 @@ class AutoBatch:
     probe_seconds: float
     probes: int  # steps tried
 
+    @classmethod
+    def from_record(cls, record, output_dir):
+        try:
+            return cls(**record)
+        except TypeError:
+            raise AutoBatchError(
+                f"{output_dir}/run.json's auto_batch is not one this version "
+                f"wrote ({record!r}); restore it or use a new output_dir."
+            ) from None
+
     def line(self):
         """The start-up line."""
         return (
@@ -58,55 +74,49 @@ class AutoBatchError(UserError):
     """batch_size=0 cannot be resolved here, in one line."""
 
 
-def probe_batch_size(
-    hp,
-    *,
-    vocab_size,
-    strategy,
-    model,
-    memory_budget_gb=0.0,
-    headroom=0.1,
-    max_sentences=None,
-    simulated_memory=None,
-    jit_compile=False,
-):
-    """The AutoBatch for hp (whose batch_size is 0) on `strategy`'s devices.
+def first_update_tokens(hp, replicas):
+    """The most tokens one replica's micro-batch may hold: beyond it a window
+    holds less than one micro-batch (effective_batch_size) or the schedule refuses
+    it (the first or smallest update of a schedule; half an adaptive MIN)."""
+    if hp.batch_size_schedule:
+        plan = parse_batch_size_schedule(hp.batch_size_schedule, 1, 1)
+        smallest = min(tokens for _, tokens in plan.points) // replicas
+        if plan.kind == "adaptive":
+            return min(smallest, plan.minimum // 2)
+        return smallest
+    return math.ceil(hp.effective_batch_size / replicas)
 
-    max_sentences: no need to look further (e.g. the micro-batch that would make
-    one window hold the whole update). simulated_memory: a
-    training/out_of_memory.SimulatedMemory (tests, benchmarks)."""
-    length = hp.max_length
-    if length <= 0:
-        raise AutoBatchError("batch_size=0 (auto) needs max_length > 0 (hparam).")
+
+def probe_batch_size(
+    run, *, memory_budget_gb=0.0, headroom=0.1, tokens_per_update, simulated_memory=None
+):
+    """The AutoBatch of `run` (built with batch_size max_length + 1) on its
+    strategy's devices; the run's state is as it was before. tokens_per_update:
+    first_update_tokens(). simulated_memory: a SimulatedMemory (tests, benchmarks)."""
+    length = run.hp.max_length
     device = _memory_device()
     if memory_budget_gb <= 0 and device.startswith("CPU") and not simulated_memory:
         raise AutoBatchError(
             "batch_size=0 (auto) on a CPU needs --memory_budget (GB): a CPU swaps "
             "rather than running out of memory, so nothing else bounds the probe."
         )
+    cap = tokens_per_update // (length + 1)
+    if cap < 1:
+        raise AutoBatchError(
+            f"batch_size=0 (auto): {tokens_per_update} tokens per update is less than "
+            f"one sentence pair of max_length {length} (+1) per replica."
+        )
     budget = memory_budget_gb * GB if memory_budget_gb > 0 else None
     if budget is not None:
         _reset_peak(device)  # the allocator keeps statistics, or a clear error
     began = time.perf_counter()
-    probe_hp = hp.copy().override(
-        batch_size=length + 1,
-        optimizer_multistep_accumulate_steps=2,  # accumulators, as the run's
-        effective_batch_size=0,
-        batch_size_schedule="",
-    )
-    run = build_run(
-        probe_hp,
-        vocab_size=vocab_size,
-        train_steps=2,
-        model=model,
-        strategy=strategy,
-        jit_compile=jit_compile,
-    )
-    run.step.simulated_memory = simulated_memory
-    fits = _Fits(run, strategy, length, device, budget)
-    largest = _largest(fits, max_sentences or 2**20)
-    del run, fits.run
-    gc.collect()
+    fits = _Fits(run, length, device, budget, simulated_memory)
+    saved = _host_copy(run)
+    try:
+        largest = _largest(fits, cap)
+    finally:
+        _put_back(saved)
+        run.step.simulated_memory = None
     if largest == 0:
         raise AutoBatchError(
             f"batch_size=0 (auto): not even one sentence pair of max_length {length} "
@@ -114,6 +124,9 @@ def probe_batch_size(
             "recompute_grad=true"
         )
     sentences = max(1, int(largest * (1.0 - headroom)))
+    if not run.hp.batch_size_schedule:  # the fewest sentences for the same n
+        n = math.ceil(tokens_per_update / (sentences * (length + 1)))
+        sentences = math.ceil(tokens_per_update / (n * (length + 1)))
     return AutoBatch(
         batch_size=sentences * (length + 1),
         sentences=sentences,
@@ -146,12 +159,13 @@ def _largest(fits, cap):
 
 
 class _Fits:
-    """fits(r): whether the step on r sentences of `length` tokens runs within the
-    limit."""
+    """fits(r): whether the run's update step on r sentences of `length` tokens
+    runs within the limit."""
 
-    def __init__(self, run, strategy, length, device, budget):
-        self.run, self.strategy, self.length = run, strategy, length
-        self.device, self.budget, self.count = device, budget, 0
+    def __init__(self, run, length, device, budget, simulated_memory):
+        self.run, self.length, self.device, self.budget = run, length, device, budget
+        self.count = 0
+        run.step.simulated_memory = simulated_memory
 
     def __call__(self, sentences):
         self.count += 1
@@ -171,11 +185,32 @@ class _Fits:
         # Non-pad ids: memory does not depend on which.
         ids = tf.fill([sentences, self.length], 2)
         share = {"inputs": ids, "targets": ids}
-        if self.strategy.num_replicas_in_sync == 1:
+        strategy = self.run.strategy
+        if strategy.num_replicas_in_sync == 1:
             return share
-        return self.strategy.experimental_distribute_values_from_function(
+        return strategy.experimental_distribute_values_from_function(
             lambda context: share
         )
+
+
+def _state_variables(run):
+    """Every variable the run's checkpoint holds (weights, slots, counters,
+    accumulators, dropout generators, loss scale, noise scale)."""
+    checkpoint = run.checkpoint()
+    found = []
+    for item in tf.train.TrackableView(checkpoint).descendants():
+        if isinstance(item, (tf.Variable, keras.Variable)):
+            found.append(item)
+    return found
+
+
+def _host_copy(run):
+    return [(v, tf.convert_to_tensor(v).numpy()) for v in _state_variables(run)]
+
+
+def _put_back(saved):
+    for variable, value in saved:
+        variable.assign(value)
 
 
 def _memory_device():

@@ -93,6 +93,28 @@ def build_run(
     return Run(hp, the_model, schedule, optimizer, step, strategy, replicas)
 
 
+def replan(run, hp, train_steps):
+    """Gives a built run the micro-batch of `hp` (batch_size=0 resolved,
+    training/auto_batch.py): its window plan, the schedule that counts the updates
+    of that plan, the loss scale's micro-batch bound, and a fresh trace of the
+    step. The variables stay: `run` was built with a smaller micro-batch, so with at
+    least the accumulators and noise-scale state this plan needs."""
+    plan = window_plan(hp, run.strategy.num_replicas_in_sync)
+    state = getattr(run.step.plan, "state", None)
+    if state is not None:
+        plan.state = state  # an adaptive plan's checkpointed target
+    run.schedule = schedule_from_hparams(hp, train_steps, plan=plan)
+    run.optimizer.learning_rate = run.schedule
+    run.hp = hp
+    step = run.step
+    step.plan = plan
+    step.n = plan.n if plan.constant else None
+    if step.loss_scale is not None:
+        step.loss_scale.micro_batch_tokens = float(max(hp.batch_size, hp.max_length))
+    step.recompile()
+    return run
+
+
 def _noise_scale_decay(hp):
     """The noise scale's moving-average decay, or None when log_noise_scale is off
     (hparams.json files older than these keys: on, at the default decay)."""

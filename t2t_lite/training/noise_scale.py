@@ -83,24 +83,31 @@ class NoiseScale(tf.Module):
     @staticmethod
     def micro_batch(gradients, tokens):
         """(|g_i|², 1/B_i, 1) of one micro-batch from its summed-loss gradients."""
+        # An empty micro-batch (a replica's share of a split one can be) is no
+        # sample of the gradient: it adds nothing.
+        present = tf.cast(tokens > 0, tf.float32)
         tokens = tf.maximum(tokens, 1.0)
-        return squared_norm(gradients) / tf.square(tokens), 1.0 / tokens, 1.0
+        return (
+            present * squared_norm(gradients) / tf.square(tokens),
+            present / tokens,
+            present,
+        )
 
     def add(self, stats):
-        # Not before the micro-batch's gradient norm exists (the count is a
-        # constant that could be added before its step fails, train_step.py).
+        # Not before the micro-batch's gradient norm exists: a step that fails
+        # before must leave the sums as they were (train_step.py).
         with tf.control_dependencies([stats[0]]):
             for variable, value in zip(self._sums(), stats):
                 variable.assign_add(value)
 
     def window(self, stats):
-        """This replica's window sums including the last micro-batch's `stats`;
-        the sums are reset for the next window."""
-        totals = [v.read_value() + s for v, s in zip(self._sums(), stats)]
-        with tf.control_dependencies(totals):  # not before the step has its stats
-            for variable in self._sums():
-                variable.assign(0.0)
-        return totals
+        """This replica's window sums including the last micro-batch's `stats`
+        (reset_window() starts the next window's)."""
+        return [v.read_value() + s for v, s in zip(self._sums(), stats)]
+
+    def reset_window(self):
+        for variable in self._sums():
+            variable.assign(0.0)
 
     def _sums(self):
         return (self.square_sum, self.inverse_tokens, self.count)

@@ -30,8 +30,13 @@ from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import check_metric
 from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
 from t2t_lite.runs.warm_start import warm_start
-from t2t_lite.training.auto_batch import AutoBatch, AutoBatchError, probe_batch_size
-from t2t_lite.training.build import build_run
+from t2t_lite.training.auto_batch import (
+    AutoBatch,
+    AutoBatchError,
+    first_update_tokens,
+    probe_batch_size,
+)
+from t2t_lite.training.build import build_run, replan
 from t2t_lite.training.distribution import (
     is_chief,
     num_workers,
@@ -70,10 +75,10 @@ class OpenRun:
         self.workers = num_workers(self.strategy)
         self.task = task(self.strategy)  # (type, index) in TF_CONFIG's cluster
         self.problem = self._load_problem()
-        self.auto_batch = None
+        self.run, self.auto_batch = None, None
         if hp.batch_size == 0:
-            self.auto_batch = self._auto_batch(simulated_memory)
-            self.hp = hp = hp.copy().override(batch_size=self.auto_batch.batch_size)
+            self._open_auto_batch(simulated_memory)  # builds the run, resolves hp
+            hp = self.hp
         # The window plan checked on this replica count before anything is written
         # (the train step's own copy, built below, is the one that runs):
         plan = window_plan(hp, self.replicas)
@@ -89,17 +94,8 @@ class OpenRun:
         )
         if self.chief:
             self._guard_run_dir()
-        if config.deterministic:
-            tf.config.experimental.enable_op_determinism()
-        keras.utils.set_random_seed(config.random_seed)
-        self.run = build_run(
-            hp,
-            vocab_size=self.problem.vocab_size,
-            train_steps=config.train_steps,
-            model=config.model,
-            strategy=self.strategy,
-            jit_compile=config.xla,
-        )
+        if self.run is None:
+            self.run = self._build(hp)
         self.model, self.optimizer = self.run.model, self.run.optimizer
         self.schedule, self.step = self.run.schedule, self.run.step
         self.step.simulated_memory = simulated_memory
@@ -165,41 +161,52 @@ class OpenRun:
             self.hp,
         )
 
-    def _auto_batch(self, simulated_memory):
-        """batch_size=0: the micro-batch run.json recorded, or a probe's
-        (training/auto_batch.py), before anything is written."""
+    def _build(self, hp):
+        """The run, seeded: the same initial weights and dropout generators
+        whatever happened before in this process."""
+        if self.config.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(self.config.random_seed)
+        return build_run(
+            hp,
+            vocab_size=self.problem.vocab_size,
+            train_steps=self.config.train_steps,
+            model=self.config.model,
+            strategy=self.strategy,
+            jit_compile=self.config.xla,
+        )
+
+    def _open_auto_batch(self, simulated_memory):
+        """batch_size=0: the run is built with one sentence per micro-batch, its
+        own step probes the largest micro-batch that fits (training/auto_batch.py;
+        the state is put back afterwards), and the run is re-planned for it. A
+        resume takes the micro-batch run.json recorded instead of probing."""
         config = self.config
+        if self.chief:  # a run with other hparams is refused before the probe
+            run_dir.prepare_output_dir(config.output_dir, self.given_hp)
         stored = run_dir.read_run_file(config.output_dir).get("auto_batch")
-        if stored:
-            found = AutoBatch(**stored)
-            logging.info("%s (recorded in run.json when the run started)", found.line())
-            return found
-        if self.workers > 1:
+        if stored is None and self.workers > 1:
             raise AutoBatchError(
                 "batch_size=0 (auto) probes the devices of one host; on several "
                 "hosts give batch_size (the probe's result on one host, for one)."
             )
-        found = probe_batch_size(
-            self.hp,
-            vocab_size=self.problem.vocab_size,
-            strategy=self.strategy,
-            model=config.model,
-            memory_budget_gb=config.memory_budget,
-            headroom=config.memory_headroom,
-            max_sentences=self._enough_sentences(),
-            simulated_memory=simulated_memory,
-            jit_compile=config.xla,
-        )
-        logging.info(found.line())
-        return found
-
-    def _enough_sentences(self):
-        """Sentences of max_length beyond which a micro-batch would exceed the
-        update itself (effective_batch_size), or None (no such bound)."""
-        if self.hp.effective_batch_size <= 0:
-            return None
-        per_replica = -(-self.hp.effective_batch_size // self.replicas)
-        return max(1, per_replica // (self.hp.max_length + 1))
+        provisional = self.hp.copy().override(batch_size=self.hp.max_length + 1)
+        self.run = self._build(provisional)
+        if stored is not None:
+            found = AutoBatch.from_record(stored, config.output_dir)
+            logging.info("%s (recorded in run.json when the run started)", found.line())
+        else:
+            found = probe_batch_size(
+                self.run,
+                memory_budget_gb=config.memory_budget,
+                headroom=config.memory_headroom,
+                tokens_per_update=first_update_tokens(self.hp, self.replicas),
+                simulated_memory=simulated_memory,
+            )
+            logging.info(found.line())
+        self.hp = self.hp.copy().override(batch_size=found.batch_size)
+        replan(self.run, self.hp, config.train_steps)
+        self.auto_batch = found
 
     def _auto_batch_identity(self):
         if self.auto_batch is None:

@@ -13,9 +13,13 @@ the second half and an empty batch to the first. Across hosts only the update
 micro-step communicates; a split adds calls that do not, so workers still meet in
 the same all-reduce however many parts each took.
 
-A failed call leaves the run's state as it was (`TrainStep` makes every write wait
-for the whole forward and backward pass), except the dropout generators, which may
-have drawn: the retried halves draw other masks, as halves would anyway.
+A failed call leaves the run's state as it was: `TrainStep` makes every write wait
+for the forward and backward pass of every local replica, and what the update writes
+besides the weights (counters, tokens seen, the noise scale, the accumulator reset)
+for the optimizer's apply. The dropout generators may have drawn: the retried halves
+draw other masks, as halves would anyway. Running out of memory inside the apply
+itself, where the weights may be partly updated, stops the run with one line
+(`StepOutOfMemory`) instead.
 
 A single sentence that does not fit is `MicroBatchTooLarge`: one line naming its
 length, raised before anything more is written, so the last checkpoint stands.
@@ -35,6 +39,10 @@ from t2t_lite.training.distribution import num_workers, worker_index
 
 class MicroBatchTooLarge(UserError):
     """One sentence pair whose step does not fit in the device's memory."""
+
+
+class StepOutOfMemory(UserError):
+    """Out of memory where a split cannot help (inside the optimizer's update)."""
 
 
 def padded_tokens(batch, strategy):
@@ -76,6 +84,17 @@ def halves(batch, strategy, error):
         firsts.append(_trimmed({k: v[:middle] for k, v in share.items()}))
         seconds.append(_trimmed({k: v[middle:] for k, v in share.items()}))
     return _as_batch(firsts, strategy), _as_batch(seconds, strategy)
+
+
+def in_the_update(error, step):
+    """The error for running out of memory inside the optimizer's apply, after
+    which the weights may be partly updated: no split can repair that."""
+    return StepOutOfMemory(
+        f"out of memory inside the optimizer's update at step {step} "
+        f"({_why(error)}): the weights may be partly updated, so the run stops "
+        "here; resume from the last checkpoint with a smaller batch_size, "
+        "recompute_grad=true or more memory"
+    )
 
 
 def merged(first, second):

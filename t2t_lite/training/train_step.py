@@ -152,14 +152,19 @@ class TrainStep:
         # This process's vote to stop, summed over all replicas by the update's
         # all-reduce. A plain local variable: each worker sets its own.
         self._stop_vote = tf.Variable(0.0, trainable=False, name="stop_vote")
+        # Replicas inside the optimizer's apply right now: non-zero after a call
+        # that failed there, when the weights may be partly updated.
+        self._applying = tf.Variable(0, trainable=False, name="applying")
         self.jit_compile = jit_compile
         if jit_compile:  # XLA: see _compile
             self._gradients = graph_function(self._gradients, jit_compile=True)
         # Tests and benchmarks set a training/out_of_memory.SimulatedMemory here.
         self.simulated_memory = None
-        self._compile_all()
+        self.recompile()
 
-    def _compile_all(self):
+    def recompile(self):
+        """(Re)creates the compiled functions: they trace on their next call, with
+        the step's current plan, schedule and accumulators."""
         self.accumulate = self._compile(self._accumulate_body, closes_window=False)
         self.accumulate_and_update = self._compile(
             self._update_body, closes_window=True
@@ -229,6 +234,8 @@ class TrainStep:
                 self.simulated_memory.check(batch, self.strategy)
             return self._function(kind)(batch)
         except tf.errors.ResourceExhaustedError as error:
+            if int(self._applying.numpy()):
+                raise out_of_memory.in_the_update(error, self.micro_step) from None
             first, second = out_of_memory.halves(batch, self.strategy, error)
             self._split(batch, first, second)
             return out_of_memory.merged(
@@ -268,7 +275,7 @@ class TrainStep:
         if self.accumulator is None:
             with self.strategy.scope():
                 self.accumulator = GradientAccumulator(self.model.trainable_variables)
-            self._compile_all()
+            self.recompile()
 
     def noise_scale_value(self):
         """B_simple in tokens from the moving averages, or None when not measured
@@ -385,15 +392,29 @@ class TrainStep:
                 scaled = self.loss_scale.scale_loss(loss_sum)
         return tape.gradient(scaled, variables), loss_sum, tokens
 
-    def _accumulate_body(self, batch):
+    def _computed(self, batch):
+        """Gradients, loss sum and tokens of this replica's micro-batch, available
+        once every local replica's forward and backward pass is done: a replica
+        whose step fails must not leave the others' accumulators written."""
         gradients, loss_sum, tokens = _complete(*self._gradients(batch))
-        self.accumulator.add(gradients, loss_sum, tokens)
-        if self.noise_scale is not None:
-            self.noise_scale.add(NoiseScale.micro_batch(gradients, tokens))
+        if self.strategy.num_replicas_in_sync == 1:
+            return gradients, loss_sum, tokens
+        all_done = tf.distribute.get_replica_context().merge_call(
+            _sum_of_local, args=(tokens,)
+        )  # adds the local replicas' token counts: no communication between hosts
+        with tf.control_dependencies([all_done]):
+            return gradients, tf.identity(loss_sum), tf.identity(tokens)
+
+    def _accumulate_body(self, batch):
+        gradients, loss_sum, tokens = self._computed(batch)
+        with tf.control_dependencies([tokens]):
+            self.accumulator.add(gradients, loss_sum, tokens)
+            if self.noise_scale is not None:
+                self.noise_scale.add(NoiseScale.micro_batch(gradients, tokens))
         return {"loss_sum": loss_sum, "tokens": tokens}
 
     def _update_body(self, batch):
-        gradients, loss_sum, tokens = _complete(*self._gradients(batch))
+        gradients, loss_sum, tokens = self._computed(batch)
         noise = None
         if self.noise_scale is not None:
             noise = self.noise_scale.window(NoiseScale.micro_batch(gradients, tokens))
@@ -402,8 +423,12 @@ class TrainStep:
         else:
             summed = self.accumulator.plus(gradients, loss_sum, tokens)
             window = self._update(*summed, noise)
-            with tf.control_dependencies(tf.nest.flatten(window)):
-                self.accumulator.reset()  # not before the update is done
+        # The sums restart only once the update is done (or skipped):
+        with tf.control_dependencies(tf.nest.flatten(window)):
+            if self.accumulator is not None:
+                self.accumulator.reset()
+            if self.noise_scale is not None:
+                self.noise_scale.reset_window()
         return {"loss_sum": loss_sum, "tokens": tokens, **window}
 
     def _update(self, gradients, loss_sum, tokens, noise=None):
@@ -435,12 +460,7 @@ class TrainStep:
             scale *= self.loss_scale.unscale_factor()
         gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
         variables = self.model.trainable_variables
-        norm = tf.linalg.global_norm(gradients)  # before weight decay
-        with tf.control_dependencies([norm]):  # once the dense gradient exists
-            self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
-        measured = {}
-        if noise:
-            measured["noise_scale"] = self._measure_noise(norm, tokens, noise)
+        norm = unclipped = tf.linalg.global_norm(gradients)  # before weight decay
         if self.weight_decay > 0:
             gradients = [
                 add_weight_decay(g, v, self.weight_decay)
@@ -461,16 +481,23 @@ class TrainStep:
         overflow = tf.constant(False)
         if self.loss_scale is not None:
             overflow = finite_loss & ~finite_gradients & self.loss_scale.can_lower()
-        self._apply_or_skip(
+        done = self._apply_or_skip(
             finite_loss & finite_gradients, overflow, gradients, clipped
         )
-        return {
-            "window_loss_sum": loss_sum,
-            "window_tokens": tokens,
-            "stop_votes": votes,
-            "grad_norm": norm,
-            **measured,
-        }
+        # What else this update writes waits for the apply (or skip), so that a
+        # call that fails before it has written nothing (training/out_of_memory.py).
+        with tf.control_dependencies([done]):
+            self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
+            measured = {}
+            if noise:
+                measured["noise_scale"] = self._measure_noise(unclipped, tokens, noise)
+            return {
+                "window_loss_sum": tf.identity(loss_sum),
+                "window_tokens": tf.identity(tokens),
+                "stop_votes": tf.identity(votes),
+                "grad_norm": tf.identity(norm),
+                **measured,
+            }
 
     def _measure_noise(self, norm, tokens, noise):
         """The noise scale after folding in this update (`norm`: the global norm
@@ -493,12 +520,19 @@ class TrainStep:
         context around a per-replica apply, as Keras's LossScaleOptimizer does.
         `finite` and `overflow` are the same on every replica (they come from
         all-reduced values), as is `clipped` (an applied update is counted in
-        `clipped_updates` when it is).
+        `clipped_updates` when it is). Returns a value read after it, for what
+        must wait until the update is done.
         """
         variables = self.model.trainable_variables
 
         def apply(gradients, clipped):
-            self.optimizer.apply(gradients, variables)
+            entered = self._applying.assign_add(1)
+            with tf.control_dependencies([entered]):
+                self.optimizer.apply(gradients, variables)
+            # Reads after the writes they follow (automatic control dependencies):
+            applied = [tf.identity(v.value) for v in variables]
+            with tf.control_dependencies(applied):
+                self._applying.assign_add(-1)
             self.bad_updates_in_a_row.assign(0)
             if self.clip_grad_norm > 0:
                 self.clipped_updates.assign_add(tf.cast(clipped, tf.int64))
@@ -516,7 +550,7 @@ class TrainStep:
 
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
             tf.cond(finite, lambda: apply(gradients, clipped), lambda: skip(overflow))
-            return
+            return self._applying.read_value()  # a read after the cond
 
         def cross_replica(distribution, finite, overflow, gradients, clipped):
             finite = distribution.experimental_local_results(finite)[0]
@@ -532,6 +566,7 @@ class TrainStep:
         tf.distribute.get_replica_context().merge_call(
             cross_replica, args=(finite, overflow, gradients, clipped)
         )
+        return self._applying.read_value()  # a read after the cond
 
 
 def _complete(gradients, loss_sum, tokens):
@@ -555,6 +590,14 @@ def _complete(gradients, loss_sum, tokens):
             for g in gradients
         ]
         return gradients, tf.identity(loss_sum), tf.identity(tokens)
+
+
+def _sum_of_local(distribution, tokens):
+    """merge_call: the local replicas' token counts added (a value that exists once
+    every local replica has computed its own)."""
+    return tf.add_n(
+        [tf.identity(t) for t in distribution.experimental_local_results(tokens)]
+    )
 
 
 def _counter(name):
