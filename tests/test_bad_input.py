@@ -89,7 +89,12 @@ ROWS = [
     (["--hparams=learning_rate_schedule=constant*warmup"], "fresh", ["warmup"]),
     (["--hparams=optimizer=adamw"], "fresh", ["adamw", "adam"]),
     (["--hparams=hidden_size=0"], "fresh", ["hidden_size", "> 0"]),
-    (["--hparams=batch_size=-1"], "fresh", ["batch_size", "> 0"]),
+    (["--hparams=batch_size=-1"], "fresh", ["batch_size", ">= 0"]),
+    (
+        ["--hparams=batch_size=0"],
+        "fresh",
+        ["batch_size=0 (auto)", "effective_batch_size"],
+    ),
     (["--hparams=num_heads=3"], "fresh", ["num_heads", "hidden_size"]),
     (
         ["--hparams=layer_prepostprocess_dropout=1.5"],

@@ -31,6 +31,7 @@ def _hparams(**overrides):
         "norm_epsilon": 1e-6,
         "initializer_gain": 1.0,
         "activation_dtype": "float32",
+        "recompute_grad": False,
     }
     values.update(overrides)
     return types.SimpleNamespace(**values)
