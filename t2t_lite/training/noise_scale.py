@@ -94,11 +94,8 @@ class NoiseScale(tf.Module):
         )
 
     def add(self, stats):
-        # Not before the micro-batch's gradient norm exists: a step that fails
-        # before must leave the sums as they were (train_step.py).
-        with tf.control_dependencies([stats[0]]):
-            for variable, value in zip(self._sums(), stats):
-                variable.assign_add(value)
+        for variable, value in zip(self._sums(), stats):
+            variable.assign_add(value)
 
     def window(self, stats):
         """This replica's window sums including the last micro-batch's `stats`

@@ -33,8 +33,9 @@ MultiWorkerMirroredStrategy across processes.
 
 Out of memory: a micro-batch whose step raises ResourceExhaustedError is split by
 sentences and accumulated in halves (training/out_of_memory.py). For that, a failed
-call must leave the state as it was: every write waits for the whole forward and
-backward pass (`_complete`), and the counters for the body's outputs.
+call must leave the state as it was: every write waits for the forward and backward
+pass of every local replica (`_computed`), an update's other writes wait for the
+optimizer's apply, and the counters for the body's outputs.
 
 Mixed precision: the model computes in its policy's dtype; gradients, accumulators and
 all update arithmetic are float32. Under float16 a `DynamicLossScale`
@@ -244,8 +245,9 @@ class TrainStep:
 
     def probe(self, batch):
         """One accumulate-and-update step on `batch` as it is, never split: the
-        auto batch size's probe (training/auto_batch.py), on a throwaway run.
-        Raises ResourceExhaustedError when the step does not fit."""
+        auto batch size's probe (training/auto_batch.py), which puts the run's
+        state back afterwards. Raises ResourceExhaustedError when the step does
+        not fit."""
         if self.simulated_memory is not None:
             self.simulated_memory.check(batch, self.strategy)
         return self.accumulate_and_update(batch)
