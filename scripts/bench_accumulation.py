@@ -59,6 +59,7 @@ import tensorflow as tf
 import t2t_lite
 from t2t_lite.data.problems import AlgorithmicReverse
 from t2t_lite.models.losses import token_loss
+from t2t_lite.optim.batch_plan import plan_from_hparams
 from t2t_lite.optim.schedule import schedule_from_hparams
 
 ALL_CONFIGS = (
@@ -191,7 +192,7 @@ def keras_config(hp, vocab_size, n, seed, train_steps):
     """A plain Keras-style step: mean loss per micro-batch, Adam(gradient_accumulation_steps)."""
     model = benchlib.build_seeded_model(hp, vocab_size, seed)
     optimizer = keras.optimizers.Adam(
-        learning_rate=schedule_from_hparams(hp, train_steps),
+        learning_rate=schedule_from_hparams(hp, train_steps, plan_from_hparams(hp)),
         beta_1=hp.optimizer_adam_beta1,
         beta_2=hp.optimizer_adam_beta2,
         epsilon=hp.optimizer_adam_epsilon,

@@ -570,7 +570,8 @@ def child_steps(args, name):
 
 def child_autofit(args, name):
     """probe_batch_size under --budget_gb, alone in this process."""
-    from t2t_lite.training.auto_batch import first_update_tokens, probe_batch_size
+    from t2t_lite.optim.batch_plan import largest_micro_batch
+    from t2t_lite.training.auto_batch import probe_batch_size
 
     started = time.perf_counter()
     spec = spec_of(args)
@@ -590,7 +591,7 @@ def child_autofit(args, name):
         run,
         memory_budget_gb=args.budget_gb,
         headroom=0.1,
-        tokens_per_update=first_update_tokens(hp, 1),
+        tokens_per_update=largest_micro_batch(hp, 1),
     )
     result = {
         "config": name,

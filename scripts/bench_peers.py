@@ -505,6 +505,7 @@ class KerasSession:
         import keras
         import tensorflow as tf
 
+        from t2t_lite.optim.batch_plan import plan_from_hparams
         from t2t_lite.optim.schedule import schedule_from_hparams
 
         if name == "keras_bf16":
@@ -513,7 +514,7 @@ class KerasSession:
         self.model = keras_transformer(spec)
         hp = benchlib.hparams("transformer_base", "", hidden_size=spec["hidden_size"])
         optimizer = keras.optimizers.Adam(  # same Adam values and schedule as t2t_lite
-            learning_rate=schedule_from_hparams(hp, 100000),
+            learning_rate=schedule_from_hparams(hp, 100000, plan_from_hparams(hp)),
             beta_1=0.9,
             beta_2=0.997,
             epsilon=1e-9,

@@ -64,7 +64,7 @@ from t2t_lite.data.pipeline import (
     bucket_boundaries,
     make_dataset,
 )
-from t2t_lite.optim.schedule import accumulate_steps
+from t2t_lite.optim.batch_plan import accumulate_steps
 from t2t_lite.registry import PROBLEMS
 from t2t_lite.training.build import build_run
 

@@ -12,6 +12,10 @@ from t2t_lite import (
     hparams_sets,  # noqa: F401  (registers hparams sets)
     registrations,  # noqa: F401  (registers models and problems)
 )
-from t2t_lite.optim import optimizers  # noqa: F401  (registers optimizers)
+from t2t_lite.optim import (
+    adaptive_batch,  # noqa: F401  (registers the adaptive batch plan)
+    batch_schedule,  # noqa: F401  (registers the linear and steps batch plans)
+    optimizers,  # noqa: F401  (registers optimizers)
+)
 
 __version__ = "0.1.0"

@@ -7,8 +7,8 @@ error from deep inside TensorFlow minutes later.
 """
 
 from t2t_lite.hparams import HParamsError
-from t2t_lite.optim.batch_schedule import parse_batch_size_schedule
-from t2t_lite.optim.schedule import parse_schedule
+from t2t_lite.optim.batch_plan import parse_batch_size_schedule, plan_from_hparams
+from t2t_lite.optim.schedule import RATE_RULES, SCHEDULE_UNITS, parse_schedule
 from t2t_lite.registry import MODELS, OPTIMIZERS
 
 # What the trainer, the data pipeline, the optimizer and the schedule read, for every
@@ -29,6 +29,7 @@ _NON_NEGATIVE = (
     "learning_rate_decay_rate",
     "optimizer_adam_epsilon",
     "effective_batch_size",
+    "learning_rate_reference_tokens",  # 0: the first update's tokens
 )
 ACTIVATION_DTYPES = ("float32", "bfloat16", "float16")
 _PROBABILITIES = (  # in [0, 1)
@@ -115,6 +116,9 @@ def validate(hp, model="transformer"):
         _check_auto_batch_size(hp)
     if hp.batch_size_schedule:
         _check_batch_size_schedule(hp)
+    elif hp.batch_size:
+        plan_from_hparams(hp)  # e.g. effective_batch_size below one micro-batch
+    _check_rate_rule(hp)
     model_class = MODELS.get(model) if isinstance(model, str) else model
     model_checks = getattr(model_class, "validate_hparams", None)
     if model_checks is not None:
@@ -142,7 +146,8 @@ def _check_auto_batch_size(hp):
 
 def _check_batch_size_schedule(hp):
     """The schedule parses (on one replica; more replicas are checked when the run
-    is built), is the only thing that sets n, and an adaptive one can work."""
+    is built), is the only thing that sets n, and its kind can work with the other
+    hparams."""
     for key in ("optimizer_multistep_accumulate_steps", "effective_batch_size"):
         if getattr(hp, key) > (1 if key.startswith("optimizer") else 0):
             raise HParamsError(
@@ -151,18 +156,23 @@ def _check_batch_size_schedule(hp):
             )
     # Under batch_size=0 (auto), checked with one sentence per micro-batch.
     micro = hp.batch_size or hp.max_length + 1
-    plan = parse_batch_size_schedule(hp.batch_size_schedule, micro)
-    if plan.kind != "adaptive":
-        return
-    if not hp.log_noise_scale:
-        raise HParamsError(
-            f"batch_size_schedule '{hp.batch_size_schedule}' follows the noise scale: "
-            "it needs log_noise_scale=true."
-        )
-    factors = [f.strip() for f in hp.learning_rate_schedule.split("*")]
-    if "linear_decay" in factors:
-        raise HParamsError(
-            f"batch_size_schedule '{hp.batch_size_schedule}' cannot know the run's "
-            "number of updates in advance, which learning_rate_schedule's "
-            "linear_decay needs; use a fixed or scheduled batch, or another decay."
+    parse_batch_size_schedule(hp.batch_size_schedule, micro).check_hparams(hp)
+
+
+def _check_rate_rule(hp):
+    """learning_rate_batch_scaling, learning_rate_schedule_unit and the reference
+    tokens name things that exist, and the reference holds a micro-batch."""
+    for key, known in (
+        ("learning_rate_batch_scaling", tuple(RATE_RULES)),
+        ("learning_rate_schedule_unit", SCHEDULE_UNITS),
+    ):
+        if getattr(hp, key) not in known:
+            _fail(key, getattr(hp, key), f"one of {', '.join(known)}")
+    reference = hp.learning_rate_reference_tokens
+    if 0 < reference < hp.batch_size:
+        _fail(
+            "learning_rate_reference_tokens",
+            reference,
+            f"0 (the first update's tokens) or at least one micro-batch (batch_size "
+            f"{hp.batch_size})",
         )

@@ -55,8 +55,8 @@ def transformer_base():
     # replicas)) (leave optimizer_multistep_accumulate_steps at 1):
     d("effective_batch_size", 0)
     # Tokens per update as a function of the update step, instead of a fixed n:
-    # linear:START,END,UPDATES, steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY];
-    # "": off (optim/batch_schedule.py, docs/training.md):
+    # linear:START,END,UPDATES, steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY],
+    # fixed:TOKENS or a registered kind; "": off (optim/batch_plan.py, docs/batch.md):
     d("batch_size_schedule", "")
     # Measure the gradient noise scale (critical batch size, in tokens) whenever a
     # window holds two or more micro-batches (training/noise_scale.py):
@@ -65,13 +65,22 @@ def transformer_base():
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off
     d("weight_decay", 0.0)  # L2 per update on all but biases (T2T's rule); 0: off
     d("max_consecutive_bad_updates", 10)  # NaN/Inf updates in a row that stop a run
-    # --- Learning-rate schedule (evaluated in updates, not micro-steps) ---
+    # --- Learning-rate schedule (evaluated in updates, never micro-steps; or in
+    # update-equivalents of tokens, learning_rate_schedule_unit=tokens) ---
     d("learning_rate_schedule", "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size")
     d("learning_rate_constant", 2.0)  # the `constant` factor
-    d("learning_rate_warmup_steps", 8000)  # warmup length, in updates
+    d("learning_rate_warmup_steps", 8000)  # warmup length, in the schedule's steps
     d("learning_rate_decay_steps", 5000)  # for linear_decay, cosdecay, exp_decay
     d("learning_rate_decay_rate", 1.0)  # exp_decay base
     d("learning_rate_decay_staircase", False)  # exp_decay in whole decay_steps
+    # The rate follows the batch: × (planned tokens of the update / reference)^p, p
+    # of none (0), sqrt (1/2) or linear (1) (docs/batch.md):
+    d("learning_rate_batch_scaling", "none")
+    # What the schedule's step counts: updates, or tokens trained on / reference
+    # tokens (update-equivalents at the reference batch):
+    d("learning_rate_schedule_unit", "updates")
+    # Tokens per update of the rate's reference batch; 0: the first update's:
+    d("learning_rate_reference_tokens", 0)
     return hp
 
 

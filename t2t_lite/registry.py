@@ -1,4 +1,4 @@
-"""Registries of named models, hparams sets, optimizers and problems.
+"""Registries of named models, hparams sets, optimizers, problems and batch plans.
 
 Registration is explicit: `t2t_lite/__init__.py` imports every registering module, so a
 name either exists as soon as the package is imported or it does not exist at all (T2T
@@ -60,7 +60,9 @@ MODELS = Registry("model")
 HPARAMS_SETS = Registry("hparams set")
 OPTIMIZERS = Registry("optimizer")
 PROBLEMS = Registry("problem")
-ALL = (MODELS, HPARAMS_SETS, OPTIMIZERS, PROBLEMS)
+# batch_size_schedule kinds: name → parser(body, text, micro_batch_tokens) → BatchPlan
+BATCH_PLANS = Registry("batch plan")
+ALL = (MODELS, HPARAMS_SETS, OPTIMIZERS, PROBLEMS, BATCH_PLANS)
 
 
 def help_text():

@@ -19,12 +19,8 @@ import t2t_lite  # noqa: F401
 from t2t_lite.hparams import HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.auto_batch import (
-    AutoBatchError,
-    _largest,
-    first_update_tokens,
-    probe_batch_size,
-)
+from t2t_lite.optim.batch_plan import largest_micro_batch
+from t2t_lite.training.auto_batch import AutoBatchError, _largest, probe_batch_size
 from t2t_lite.training.build import build_run
 from t2t_lite.training.out_of_memory import MicroBatchTooLarge, SimulatedMemory
 from t2t_lite.training.trainer import RunConfig, Trainer
@@ -108,7 +104,7 @@ def _probe(run, memory, headroom):
     return probe_batch_size(
         run,
         headroom=headroom,
-        tokens_per_update=first_update_tokens(run.hp, 1),
+        tokens_per_update=largest_micro_batch(run.hp, 1),
         simulated_memory=memory,
     )
 
@@ -139,13 +135,13 @@ def test_an_update_is_never_much_more_than_asked_for(provisional_run):
 
 
 def test_a_schedule_caps_the_micro_batch_at_its_smallest_update():
-    assert first_update_tokens(_hparams(), replicas=2) == EFFECTIVE // 2
+    assert largest_micro_batch(_hparams(), replicas=2) == EFFECTIVE // 2
     hp = transformer_test().override(
         batch_size=0, batch_size_schedule="linear:200,2000,10"
     )
-    assert first_update_tokens(hp, replicas=1) == 200
+    assert largest_micro_batch(hp, replicas=1) == 200
     hp.batch_size_schedule = "adaptive:400,4000"
-    assert first_update_tokens(hp, replicas=1) == 200  # MIN holds two micro-batches
+    assert largest_micro_batch(hp, replicas=1) == 200  # MIN holds two micro-batches
 
 
 def test_the_search_finds_the_boundary_with_few_steps():

@@ -25,10 +25,10 @@ from window_reference import (
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite import hparams_checks
 from t2t_lite.hparams import HParamsError
-from t2t_lite.optim.batch_schedule import (
-    BatchScheduleError,
+from t2t_lite.optim.batch_plan import (
+    BatchPlanError,
     parse_batch_size_schedule,
-    window_plan,
+    plan_from_hparams,
 )
 from t2t_lite.registry import MODELS
 from t2t_lite.training.build import build_run
@@ -68,11 +68,11 @@ def test_steps_schedule_rounds_up_to_whole_micro_batches():
 
 
 def test_a_fixed_n_and_effective_batch_size_are_the_constant_plan():
-    fixed = window_plan(tiny_hparams(optimizer_multistep_accumulate_steps=3))
+    fixed = plan_from_hparams(tiny_hparams(optimizer_multistep_accumulate_steps=3))
     assert fixed.constant and fixed.size(0) == fixed.size(10**6) == 3
     assert fixed.train_updates(10) == pytest.approx(10 / 3)  # as before windows
-    effective = window_plan(tiny_hparams(effective_batch_size=500), replicas=2)
-    assert effective.n == -(-500 // (tiny_hparams().batch_size * 2))
+    effective = plan_from_hparams(tiny_hparams(effective_batch_size=900), replicas=2)
+    assert effective.n == -(-900 // (tiny_hparams().batch_size * 2))
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_a_fixed_n_and_effective_batch_size_are_the_constant_plan():
         ("steps:0:100", ["UPDATE=TOKENS"]),
         ("linear:a,b,c", ["must be integers"]),
         ("ramp:1,2,3", ["unknown kind 'ramp'"]),
-        ("8192", ["expected linear:"]),
+        ("8192", ["expected KIND:ARGS", "linear:START,END,UPDATES"]),
         ("adaptive:400,200", ["MIN 400 is larger than MAX 200"]),
         ("adaptive:100,200,0", ["EVERY must be >= 1"]),
         ("linear:50,400,10", ["50 tokens per update", "less than one micro-batch"]),
@@ -93,7 +93,7 @@ def test_a_fixed_n_and_effective_batch_size_are_the_constant_plan():
     ],
 )
 def test_bad_schedules_are_one_line_errors(schedule, words):
-    with pytest.raises(BatchScheduleError) as error:
+    with pytest.raises(BatchPlanError) as error:
         parse_batch_size_schedule(schedule, batch_size=100)
     message = str(error.value)
     assert "\n" not in message and f"'{schedule}'" in message
@@ -120,7 +120,7 @@ def test_bad_schedules_are_refused_with_the_hparams():
                 log_noise_scale=False,
             )
         )
-    with pytest.raises(BatchScheduleError, match="less than one micro-batch"):
+    with pytest.raises(BatchPlanError, match="less than one micro-batch"):
         hparams_checks.validate(tiny_hparams(batch_size=200, batch_size_schedule=RAMP))
 
 
@@ -375,7 +375,7 @@ def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):
 
 
 def test_an_adaptive_minimum_must_allow_two_micro_batches():
-    with pytest.raises(BatchScheduleError, match="two micro-batches"):
+    with pytest.raises(BatchPlanError, match="two micro-batches"):
         parse_batch_size_schedule("adaptive:8,64", batch_size=8)
 
 

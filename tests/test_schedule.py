@@ -11,11 +11,15 @@ from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParamsError
+from t2t_lite.optim.batch_plan import (
+    BatchPlanError,
+    accumulate_steps,
+    plan_from_hparams,
+)
 from t2t_lite.optim.schedule import (
     FACTORS,
     LearningRateSchedule,
     ScheduleError,
-    accumulate_steps,
     parse_schedule,
     schedule_from_hparams,
 )
@@ -26,10 +30,15 @@ def _hp(**overrides):
     return HPARAMS_SETS.get("transformer_base")().override(**overrides)
 
 
+def _schedule(hp, train_steps, replicas=1):
+    """The run's schedule of `hp`: its batch plan on `replicas` replicas."""
+    return schedule_from_hparams(hp, train_steps, plan_from_hparams(hp, replicas))
+
+
 def _rates(schedule, steps, train_steps=1000, **overrides):
     """The schedule string's learning rate at each step, as Python floats."""
     hp = _hp(learning_rate_schedule=schedule, **overrides)
-    fn = schedule_from_hparams(hp, train_steps)
+    fn = _schedule(hp, train_steps)
     return [float(fn(step)) for step in steps]
 
 
@@ -155,7 +164,7 @@ def test_all_documented_factors_exist():
 
 def test_transformer_base_schedule():
     hp = HPARAMS_SETS.get("transformer_base")()
-    fn = schedule_from_hparams(hp, 250000)
+    fn = _schedule(hp, 250000)
     _close(float(fn(8000)), 2.0 * 8000**-0.5 * 512**-0.5)
     _close(float(fn(4000)), 2.0 * 0.5 * 8000**-0.5 * 512**-0.5)
     _close(float(fn(32000)), 2.0 * 32000**-0.5 * 512**-0.5)
@@ -164,7 +173,7 @@ def test_transformer_base_schedule():
 def test_schedule_accepts_integer_tensors_and_python_ints():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    fn = schedule_from_hparams(
+    fn = _schedule(
         _hp(learning_rate_schedule="linear_warmup", learning_rate_warmup_steps=10), 100
     )
     for step in (4, tf.constant(4, tf.int64), tf.Variable(4, dtype=tf.int64)):
@@ -187,7 +196,7 @@ def test_unknown_factor_is_a_schedule_error_naming_it_and_listing_known():
 
 def test_unknown_factor_fails_when_the_schedule_is_built():
     with pytest.raises(ScheduleError, match="'warmup'"):
-        schedule_from_hparams(_hp(learning_rate_schedule="constant*warmup"), 100)
+        _schedule(_hp(learning_rate_schedule="constant*warmup"), 100)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +209,7 @@ def test_empty_schedule_or_empty_factor_is_an_error(text):
 
 
 def test_schedule_config_round_trip():
-    fn = schedule_from_hparams(_hp(), 1000)
+    fn = _schedule(_hp(), 1000)
     back = LearningRateSchedule.from_config(fn.get_config())
     _close(float(back(100)), float(fn(100)))
 
@@ -220,8 +229,8 @@ def _decaying_hp(n):
 
 
 def test_train_steps_is_divided_by_n():
-    accumulated = schedule_from_hparams(_decaying_hp(4), T)
-    big_batch = schedule_from_hparams(_decaying_hp(1), T // 4)
+    accumulated = _schedule(_decaying_hp(4), T)
+    big_batch = _schedule(_decaying_hp(1), T // 4)
     updates = range(T // 4 + 5)  # warmup (0..10), flat, decay (80..100), after.
     rates = [float(accumulated(u)) for u in updates]
     assert rates == [float(big_batch(u)) for u in updates]
@@ -232,8 +241,8 @@ def test_train_steps_is_divided_by_n():
 
 def test_undivided_train_steps_would_be_caught():
     """T2T's bug (step in updates, train_steps in micro-steps) gives other rates."""
-    accumulated = schedule_from_hparams(_decaying_hp(4), T)
-    t2t_bug = schedule_from_hparams(_decaying_hp(1), T)
+    accumulated = _schedule(_decaying_hp(4), T)
+    t2t_bug = _schedule(_decaying_hp(1), T)
     differing = [
         u for u in range(T // 4 + 1) if float(accumulated(u)) != float(t2t_bug(u))
     ]
@@ -251,7 +260,7 @@ def test_optimizer_learning_rate_counts_updates_not_micro_steps():
     )
     micro_steps = 8
     model, step = build(hp, train_steps=micro_steps)
-    schedule = schedule_from_hparams(hp, micro_steps)
+    schedule = _schedule(hp, micro_steps)
     start = [w.copy() for w in model.get_weights()]
     batches = uneven_micro_batches(micro_steps)
 
@@ -280,15 +289,15 @@ def test_accumulate_steps(n, expected):
 
 
 @pytest.mark.parametrize("n", [-1, -4])
-def test_negative_accumulate_steps_is_a_schedule_error(n):
+def test_negative_accumulate_steps_is_a_batch_plan_error(n):
     hp = _hp(optimizer_multistep_accumulate_steps=n)
-    with pytest.raises(ScheduleError) as info:
+    with pytest.raises(BatchPlanError) as info:
         accumulate_steps(hp)
     message = str(info.value)
     assert "optimizer_multistep_accumulate_steps" in message and str(n) in message
     assert isinstance(info.value, UserError) and "\n" not in message
-    with pytest.raises(ScheduleError):
-        schedule_from_hparams(hp, 100)
+    with pytest.raises(BatchPlanError):
+        _schedule(hp, 100)
 
 
 @pytest.mark.parametrize("text", ["2.5", "two", "true", ""])
@@ -304,8 +313,10 @@ def test_non_integer_accumulate_steps_is_an_hparams_error(text):
 def test_accumulate_steps_rejects_a_non_integer_value_from_json():
     from t2t_lite.hparams import HParams  # pylint: disable=g-import-not-at-top
 
-    hp = HParams.from_json('{"optimizer_multistep_accumulate_steps": 2.5}')
-    with pytest.raises(ScheduleError):
+    hp = HParams.from_json(
+        '{"optimizer_multistep_accumulate_steps": 2.5, "effective_batch_size": 0}'
+    )
+    with pytest.raises(BatchPlanError):
         accumulate_steps(hp)
 
 
@@ -316,13 +327,28 @@ def test_accumulate_steps_rejects_a_non_integer_value_from_json():
         (10000, 2048, 1, 5),  # rounded up: 10240 tokens per update
         (8192, 2048, 2, 2),  # replicas take their share
         (8192, 2048, 3, 2),  # ceil(8192 / 6144)
-        (1000, 2048, 1, 1),  # below one micro-batch: no accumulation
-        (25000, 4096, 8, 1),
+        (2048, 2048, 1, 1),  # one micro-batch: no accumulation
+        (32768, 4096, 8, 1),
     ],
 )
 def test_effective_batch_size_derives_n(target, batch_size, replicas, expected):
     hp = _hp(effective_batch_size=target, batch_size=batch_size)
     assert accumulate_steps(hp, replicas) == expected
     # The schedule's train_steps / n uses the same n.
-    schedule = schedule_from_hparams(hp, 120 * expected, replicas=replicas)
+    schedule = _schedule(hp, 120 * expected, replicas=replicas)
     assert schedule.config.train_updates == 120
+
+
+@pytest.mark.parametrize(
+    "target, batch_size, replicas", [(100, 512, 1), (1000, 2048, 1), (25000, 4096, 8)]
+)
+def test_effective_batch_size_below_one_micro_batch_is_one_line(
+    target, batch_size, replicas
+):
+    hp = _hp(effective_batch_size=target, batch_size=batch_size)
+    with pytest.raises(BatchPlanError) as info:
+        accumulate_steps(hp, replicas)
+    message = str(info.value)
+    assert "\n" not in message and "less than one micro-batch" in message
+    assert f"effective_batch_size {target}" in message
+    assert f"= {batch_size * replicas} tokens" in message

@@ -11,6 +11,7 @@ from accumulation_helpers import tolerance_ratio
 import t2t_lite  # noqa: F401
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_base_fake_gpu8, transformer_test
+from t2t_lite.optim.batch_plan import plan_from_hparams
 from t2t_lite.training.trainer import RunConfig, Trainer, simulation_line
 
 N = 4
@@ -92,22 +93,26 @@ def test_train_step_traces_once_across_bucket_shapes(straight):
     assert straight.step.accumulate_and_update.experimental_get_tracing_count() == 1
 
 
+def _line(hp, replicas):
+    return simulation_line(hp, replicas, plan_from_hparams(hp, replicas))
+
+
 def test_simulation_line_states_the_simulated_batch():
-    assert simulation_line(transformer_base_fake_gpu8(), 1) == (
+    assert _line(transformer_base_fake_gpu8(), 1) == (
         "micro-batch 4096 tokens × 8 accumulation steps × 1 replica = 32768 "
         "tokens/update (simulating 8 GPUs)"
     )
-    assert "× 2 replicas = 65536" in simulation_line(transformer_base_fake_gpu8(), 2)
+    assert "× 2 replicas = 65536" in _line(transformer_base_fake_gpu8(), 2)
 
 
 def test_simulation_line_states_the_effective_batch_rounding():
     hp = transformer_test().override(batch_size=2048, effective_batch_size=10000)
-    assert simulation_line(hp, 1) == (
+    assert _line(hp, 1) == (
         "micro-batch 2048 tokens × 5 accumulation steps × 1 replica = 10240 "
         "tokens/update (simulating 5 GPUs); accumulation steps = "
         "ceil(effective_batch_size 10000 / (2048 × 1)) = 5, rounded up by 240 tokens"
     )
-    assert "× 3 accumulation steps × 2 replicas = 12288" in simulation_line(hp, 2)
+    assert "× 3 accumulation steps × 2 replicas = 12288" in _line(hp, 2)
 
 
 def test_run_json_records_n_and_an_older_run_json_is_completed(tmp_path):

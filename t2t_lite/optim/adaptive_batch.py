@@ -13,21 +13,22 @@ import math
 
 import tensorflow as tf
 
+from t2t_lite.hparams import HParamsError
+from t2t_lite.optim.batch_plan import BatchPlan, BatchPlanError, register_batch_plan
+
 DEFAULT_EVERY = 100
 
 
-class AdaptiveWindows:
-    """The window plan whose token target is decided from the noise scale."""
+class AdaptiveWindows(BatchPlan):
+    """The batch plan whose token target is decided from the noise scale."""
 
-    constant = False
     kind = "adaptive"
+    needs_noise_scale = True
 
     def __init__(self, text, minimum, maximum, every, micro_batch_tokens):
-        self.text, self.every = text, every
+        super().__init__(text, micro_batch_tokens)
+        self.every = every
         self.minimum, self.maximum = minimum, maximum
-        self.micro_batch_tokens = micro_batch_tokens
-        self.points = ((0, minimum), (0, maximum))  # for the parser's range check
-        self.state = None  # the checkpointed variables, made by create_state()
 
     def create_state(self):
         """The target and the last decision's update, as variables; call under the
@@ -50,13 +51,43 @@ class AdaptiveWindows:
         del update
         return max(1, math.ceil(self.target / self.micro_batch_tokens - 1e-9))
 
-    def tokens(self, update):
-        return self.size(update) * self.micro_batch_tokens
+    def smallest_tokens(self):
+        return self.minimum
+
+    def largest_micro_batch(self, replicas):
+        """Half of MIN: a window must hold two micro-batches for the noise scale
+        to be measured from the first update on."""
+        return min(self.minimum // replicas, self.minimum // 2)
+
+    def check_batch_size(self, batch_size, replicas):
+        if self.minimum < 2 * batch_size:
+            raise BatchPlanError(
+                f"batch_size_schedule '{self.text}': MIN {self.minimum} must hold two "
+                f"micro-batches (2 × batch_size {batch_size}) for the noise scale it "
+                "follows to be measured."
+            )
+        super().check_batch_size(batch_size, replicas)
+
+    def check_hparams(self, hp):
+        if not hp.log_noise_scale:
+            raise HParamsError(
+                f"batch_size_schedule '{self.text}' follows the noise scale: it "
+                "needs log_noise_scale=true."
+            )
+        factors = [f.strip() for f in hp.learning_rate_schedule.split("*")]
+        if "linear_decay" in factors and hp.learning_rate_schedule_unit != "tokens":
+            raise HParamsError(
+                f"batch_size_schedule '{self.text}' cannot know the run's number of "
+                "updates in advance, which learning_rate_schedule's linear_decay "
+                "needs; count the schedule in tokens "
+                "(learning_rate_schedule_unit=tokens), use a fixed or scheduled "
+                "batch, or another decay."
+            )
 
     def train_updates(self, train_steps):
         """Unknown in advance: the count at MIN, an upper bound. linear_decay is
-        refused with an adaptive batch (hparams_checks.py), so no built-in factor
-        reads it."""
+        refused with an adaptive batch unless the schedule counts tokens
+        (check_hparams), so no built-in factor reads it."""
         return train_steps / max(1, math.ceil(self.minimum / self.micro_batch_tokens))
 
     def decide(self, update, noise_scale):
@@ -80,6 +111,32 @@ class AdaptiveWindows:
             f"toward the noise scale every {self.every} updates, at most "
             f"{self.maximum})"
         )
+
+
+@register_batch_plan("adaptive")
+def _adaptive(body, text, micro_batch_tokens):
+    """`MIN,MAX[,EVERY]`; MIN must hold two micro-batches, for the noise scale it
+    follows to be measured."""
+    try:
+        values = [int(v) for v in body.split(",")]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3):
+        raise BatchPlanError(
+            f"batch_size_schedule '{text}': adaptive takes MIN,MAX[,EVERY] (tokens, "
+            "tokens, updates), e.g. adaptive:8192,262144,100."
+        )
+    minimum, maximum = values[:2]
+    every = values[2] if len(values) == 3 else DEFAULT_EVERY
+    if minimum > maximum:
+        raise BatchPlanError(
+            f"batch_size_schedule '{text}': MIN {minimum} is larger than MAX {maximum}."
+        )
+    if every < 1:
+        raise BatchPlanError(
+            f"batch_size_schedule '{text}': EVERY must be >= 1 update, got {every}."
+        )
+    return AdaptiveWindows(text, minimum, maximum, every, micro_batch_tokens)
 
 
 def _int_variable(value, name):

@@ -1,12 +1,17 @@
 """Learning-rate schedules written as T2T's "factor*factor*..." strings.
 
 Each factor is a small named function of the update step (a float32 tensor) and a
-`ScheduleConfig`; the string only selects and multiplies them. The step is always the
-number of optimizer *updates* so far (0-based), never the micro-step: with gradient
+`ScheduleConfig`; the string only selects and multiplies them. The step is the number
+of optimizer *updates* so far (0-based), never the micro-step: with gradient
 accumulation over n micro-batches, update u gets exactly the rate a big-batch run uses at
 its step u, and `train_steps` is converted to updates (train_steps / n, or the number of
-updates train_steps micro-batches give under a batch-size schedule) before it reaches
-any factor — the two places where T2T and Keras 3 go wrong.
+updates train_steps micro-batches give under a batch plan) before it reaches any
+factor — the two places where T2T and Keras 3 go wrong.
+
+Two hparams make the rate follow the batch (`BatchFollowingSchedule`, docs/batch.md):
+learning_rate_batch_scaling multiplies it by (tokens(u) / reference)^p, p = 1/2
+(sqrt) or 1 (linear), and learning_rate_schedule_unit=tokens makes the step count
+tokens trained on, in update-equivalents at the reference batch.
 """
 
 import dataclasses
@@ -29,7 +34,9 @@ class ScheduleConfig:
     constant: float
     warmup_steps: float
     hidden_size: int
-    train_updates: float  # updates in train_steps micro-steps (optim/batch_schedule.py)
+    # The schedule's step at train_steps micro-steps: updates under the batch plan
+    # (optim/batch_plan.py), or update-equivalents of tokens (schedule unit tokens)
+    train_updates: float
     decay_steps: float
     decay_rate: float
     decay_staircase: bool
@@ -146,43 +153,109 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return cls(config["text"], ScheduleConfig(**config["config"]))
 
 
-def schedule_from_hparams(hp, train_steps, replicas=1, plan=None):
-    """Builds the schedule; `train_steps` counts micro-steps and is turned into
-    updates by the run's window plan (`plan`, or the one hp gives on `replicas`)."""
-    from t2t_lite.optim.batch_schedule import window_plan  # here: import cycle
+# learning_rate_batch_scaling → the exponent p of (tokens(u) / reference)^p
+RATE_RULES = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}
+# learning_rate_schedule_unit: what the schedule's step counts
+SCHEDULE_UNITS = ("updates", "tokens")
 
-    plan = plan or window_plan(hp, replicas)
+
+class BatchClock(tf.Module):
+    """What a learning rate that follows the batch reads, kept by the train step
+    (training/train_step.py) and checkpointed with it.
+
+    window_tokens: the planned tokens of the window being trained (its size × the
+    micro-batch's tokens), set when the window starts. tokens_trained: the planned
+    tokens of the updates applied so far. applied_rate: the rate of the last
+    applied update, for the logs.
+    """
+
+    def __init__(self):
+        super().__init__(name="batch_clock")
+        with self.name_scope:
+            self.window_tokens = _first_replica_variable(0, tf.int64, "window_tokens")
+            self.tokens_trained = _first_replica_variable(0, tf.int64, "tokens_trained")
+            self.applied_rate = _first_replica_variable(0.0, tf.float32, "applied_rate")
+
+
+def _first_replica_variable(value, dtype, name):
+    return tf.Variable(
+        value,
+        dtype=dtype,
+        trainable=False,
+        name=name,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )
+
+
+class BatchFollowingSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lr(u) = schedule(s(u)) × (window_tokens(u) / reference)^p (docs/batch.md).
+
+    s(u) is the update step u (unit "updates") or tokens_trained / reference (unit
+    "tokens": update-equivalents at the reference batch, so that warmup and decay
+    cover the same data whatever the batch plan). Both read the run's BatchClock,
+    whose tokens are planned (whole micro-batches of batch_size × replicas tokens,
+    padding included), not counted: the rate of an update is then a function of the
+    plan alone, the same on every replica and in a resumed run, and unchanged when a
+    micro-batch is split because it ran out of memory. The non-pad tokens of a
+    window vary with padding from batch to batch, which would add noise to the rate
+    that says nothing about the batch's size.
+    """
+
+    def __init__(self, schedule, clock, exponent, reference_tokens, unit):
+        self.schedule, self.clock = schedule, clock
+        self.exponent, self.unit = exponent, unit
+        self.reference_tokens = float(reference_tokens)
+
+    def __call__(self, step):
+        if self.unit == "tokens":
+            trained = tf.cast(self.clock.tokens_trained, tf.float64)
+            step = tf.cast(trained / self.reference_tokens, tf.float32)
+        rate = self.schedule(step)
+        if self.exponent:
+            ratio = (
+                tf.cast(self.clock.window_tokens, tf.float32) / self.reference_tokens
+            )
+            rate = rate * tf.pow(ratio, self.exponent)
+        return rate
+
+    def get_config(self):  # lives only inside a run: never serialized
+        raise NotImplementedError("a BatchFollowingSchedule is not serializable")
+
+
+def reference_tokens(hp, plan):
+    """learning_rate_reference_tokens, or (0) the first update's planned tokens."""
+    return hp.learning_rate_reference_tokens or plan.tokens(0)
+
+
+def schedule_from_hparams(hp, train_steps, plan, clock=None):
+    """The learning rate of a run with the batch plan `plan` (optim/batch_plan.py).
+
+    train_steps counts micro-steps: factors that use it see the updates they give
+    under the plan, or, with learning_rate_schedule_unit=tokens, their planned
+    tokens / the reference (every micro-step is one micro-batch of the plan's
+    micro_batch_tokens). With learning_rate_batch_scaling or the token unit the rate
+    reads `clock` (a BatchClock the train step keeps); otherwise it is the plain
+    schedule of the update step, and `clock` is not needed.
+    """
+    exponent = RATE_RULES[hp.learning_rate_batch_scaling]
+    unit = hp.learning_rate_schedule_unit
+    reference = reference_tokens(hp, plan)
+    if unit == "tokens":
+        horizon = train_steps * plan.micro_batch_tokens / reference
+    else:
+        horizon = plan.train_updates(train_steps)
     config = ScheduleConfig(
         constant=hp.learning_rate_constant,
         warmup_steps=float(hp.learning_rate_warmup_steps),
         hidden_size=hp.hidden_size,
-        train_updates=plan.train_updates(train_steps),
+        train_updates=horizon,
         decay_steps=float(hp.learning_rate_decay_steps),
         decay_rate=hp.learning_rate_decay_rate,
         decay_staircase=hp.learning_rate_decay_staircase,
     )
-    return LearningRateSchedule(hp.learning_rate_schedule, config)
-
-
-def accumulate_steps(hp, replicas=1):
-    """The accumulation steps n ≥ 1 of a run on `replicas` replicas.
-
-    optimizer_multistep_accumulate_steps, validated (0 and 1: no accumulation); or,
-    when effective_batch_size (tokens per update) is set, the fewest micro-batches of
-    batch_size tokens on every replica that reach it: ceil(effective_batch_size /
-    (batch_size × replicas)). Then n depends on the replica count; the trainer
-    records it and refuses a resume that would change it.
-    """
-    n = hp.optimizer_multistep_accumulate_steps
-    if type(n) is not int:  # bool is an int subclass; refuse it too
-        raise ScheduleError(
-            f"optimizer_multistep_accumulate_steps must be an integer, got {n!r}."
-        )
-    if n < 0:
-        raise ScheduleError(
-            f"optimizer_multistep_accumulate_steps must be >= 0, got {n}."
-        )
-    target = getattr(hp, "effective_batch_size", 0)  # absent in older hparams.json
-    if target > 0:
-        return -(-target // (hp.batch_size * replicas))
-    return max(n, 1)
+    schedule = LearningRateSchedule(hp.learning_rate_schedule, config)
+    if not exponent and unit == "updates":
+        return schedule
+    if clock is None:
+        raise ValueError("a rate that follows the batch needs the run's BatchClock")
+    return BatchFollowingSchedule(schedule, clock, exponent, reference, unit)

@@ -33,7 +33,6 @@ import keras
 import tensorflow as tf
 
 from t2t_lite.errors import UserError
-from t2t_lite.optim.batch_schedule import parse_batch_size_schedule
 
 GB = 10**9
 
@@ -74,25 +73,12 @@ class AutoBatchError(UserError):
     """batch_size=0 cannot be resolved here, in one line."""
 
 
-def first_update_tokens(hp, replicas):
-    """The most tokens one replica's micro-batch may hold: beyond it a window
-    holds less than one micro-batch (effective_batch_size) or the schedule refuses
-    it (the first or smallest update of a schedule; half an adaptive MIN)."""
-    if hp.batch_size_schedule:
-        plan = parse_batch_size_schedule(hp.batch_size_schedule, 1, 1)
-        smallest = min(tokens for _, tokens in plan.points) // replicas
-        if plan.kind == "adaptive":
-            return min(smallest, plan.minimum // 2)
-        return smallest
-    return math.ceil(hp.effective_batch_size / replicas)
-
-
 def probe_batch_size(
     run, *, memory_budget_gb=0.0, headroom=0.1, tokens_per_update, simulated_memory=None
 ):
     """The AutoBatch of `run` (built with batch_size max_length + 1) on its
     strategy's devices; the run's state is as it was before. tokens_per_update:
-    first_update_tokens(). simulated_memory: a SimulatedMemory (tests, benchmarks)."""
+    optim/batch_plan.py's largest_micro_batch(). simulated_memory: a SimulatedMemory (tests, benchmarks)."""
     length = run.hp.max_length
     device = _memory_device()
     if memory_budget_gb <= 0 and device.startswith("CPU") and not simulated_memory:

@@ -12,9 +12,9 @@ import dataclasses
 import tensorflow as tf
 
 from t2t_lite.models.factory import build_model
-from t2t_lite.optim.batch_schedule import window_plan
+from t2t_lite.optim.batch_plan import plan_from_hparams
 from t2t_lite.optim.optimizers import optimizer_from_hparams
-from t2t_lite.optim.schedule import schedule_from_hparams
+from t2t_lite.optim.schedule import BatchClock, schedule_from_hparams
 from t2t_lite.registry import MODELS
 from t2t_lite.training.loss_scale import DynamicLossScale
 from t2t_lite.training.train_step import TrainStep
@@ -52,12 +52,14 @@ def build_run(
     strategy=None,
     initial_weights=None,
     jit_compile=False,
+    plan=None,
 ):
     """Builds the model, schedule, optimizer and TrainStep of `hp` under `strategy`.
 
     model: a registered model name (or a model class). train_steps: micro-steps, as
-    in T2T; the schedule sees the updates they give (docs/design.md §2). The window
-    plan (optim/batch_schedule.py) is hp's on the strategy's replicas. initial_weights: a
+    in T2T; the schedule sees the updates they give (docs/design.md §2). plan: the
+    run's batch plan (optim/batch_plan.py), hp's on the strategy's replicas unless
+    given; the train step, the schedule and the loop share it. initial_weights: a
     `model.get_weights()` list to start from (equivalence tests start two runs from
     the same weights). jit_compile: XLA-compile each replica's forward and backward
     (TrainStep; feed it bucket-padded batches, see data.pipeline's pad_to_bucket).
@@ -68,8 +70,9 @@ def build_run(
         the_model = build_model(model_class, hp, vocab_size)
         if initial_weights is not None:
             the_model.set_weights(initial_weights)
-        plan = window_plan(hp, strategy.num_replicas_in_sync)
-        schedule = schedule_from_hparams(hp, train_steps, plan=plan)
+        plan = plan or plan_from_hparams(hp, strategy.num_replicas_in_sync)
+        clock = BatchClock()  # what a rate that follows the batch reads
+        schedule = schedule_from_hparams(hp, train_steps, plan, clock)
         optimizer = optimizer_from_hparams(hp, schedule)
         loss_scale = None
         if hp.activation_dtype == "float16":
@@ -86,6 +89,7 @@ def build_run(
         strategy=strategy,
         loss_scale=loss_scale,
         jit_compile=jit_compile,
+        clock=clock,
     )
     replicas = tf.Variable(
         strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="replicas"
@@ -99,19 +103,14 @@ def replan(run, hp, train_steps):
     of that plan, the loss scale's micro-batch bound, and a fresh trace of the
     step. The variables stay: `run` was built with a smaller micro-batch, so with at
     least the accumulators and noise-scale state this plan needs."""
-    plan = window_plan(hp, run.strategy.num_replicas_in_sync)
-    state = getattr(run.step.plan, "state", None)
-    if state is not None:
-        plan.state = state  # an adaptive plan's checkpointed target
-    run.schedule = schedule_from_hparams(hp, train_steps, plan=plan)
+    plan = plan_from_hparams(hp, run.strategy.num_replicas_in_sync)
+    run.schedule = schedule_from_hparams(hp, train_steps, plan, run.step.clock)
     run.optimizer.learning_rate = run.schedule
     run.hp = hp
     step = run.step
-    step.plan = plan
-    step.n = plan.n if plan.constant else None
     if step.loss_scale is not None:
         step.loss_scale.micro_batch_tokens = float(max(hp.batch_size, hp.max_length))
-    step.recompile()
+    step.set_plan(plan)  # keeps the old plan's state, traces anew
     return run
 
 

@@ -24,18 +24,13 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.data.pipeline import batches_from_hparams
-from t2t_lite.optim.batch_schedule import window_plan
+from t2t_lite.optim.batch_plan import largest_micro_batch, plan_from_hparams
 from t2t_lite.registry import MODELS, PROBLEMS
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import check_metric
 from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
 from t2t_lite.runs.warm_start import warm_start
-from t2t_lite.training.auto_batch import (
-    AutoBatch,
-    AutoBatchError,
-    first_update_tokens,
-    probe_batch_size,
-)
+from t2t_lite.training.auto_batch import AutoBatch, AutoBatchError, probe_batch_size
 from t2t_lite.training.build import build_run, replan
 from t2t_lite.training.distribution import (
     is_chief,
@@ -79,10 +74,13 @@ class OpenRun:
         if hp.batch_size == 0:
             self._open_auto_batch(simulated_memory)  # builds the run, resolves hp
             hp = self.hp
-        # The window plan checked on this replica count before anything is written
-        # (the train step's own copy, built below, is the one that runs):
-        plan = window_plan(hp, self.replicas)
-        self.n = plan.n if plan.constant else None  # None: windows vary
+        # The batch plan, checked on this replica count before anything is
+        # written; the run is built with it (after the probe, it is the re-planned
+        # run's):
+        self.plan = (
+            self.run.step.plan if self.run else plan_from_hparams(hp, self.replicas)
+        )
+        self.n = self.plan.n if self.plan.constant else None  # None: windows vary
         # Best checkpoint, early stopping, elapsed time (training/run_state.py):
         self.run_state = RunState(
             config.output_dir,
@@ -95,11 +93,10 @@ class OpenRun:
         if self.chief:
             self._guard_run_dir()
         if self.run is None:
-            self.run = self._build(hp)
+            self.run = self._build(hp, self.plan)
         self.model, self.optimizer = self.run.model, self.run.optimizer
         self.schedule, self.step = self.run.schedule, self.run.step
         self.step.simulated_memory = simulated_memory
-        self.plan = self.step.plan
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
         self.bleu_evaluator = self._bleu_evaluator()
         self.checkpoint = self.run.checkpoint()
@@ -161,7 +158,7 @@ class OpenRun:
             self.hp,
         )
 
-    def _build(self, hp):
+    def _build(self, hp, plan=None):
         """The run, seeded: the same initial weights and dropout generators
         whatever happened before in this process."""
         if self.config.deterministic:
@@ -174,6 +171,7 @@ class OpenRun:
             model=self.config.model,
             strategy=self.strategy,
             jit_compile=self.config.xla,
+            plan=plan,
         )
 
     def _open_auto_batch(self, simulated_memory):
@@ -200,7 +198,7 @@ class OpenRun:
                 self.run,
                 memory_budget_gb=config.memory_budget,
                 headroom=config.memory_headroom,
-                tokens_per_update=first_update_tokens(self.hp, self.replicas),
+                tokens_per_update=largest_micro_batch(self.hp, self.replicas),
                 simulated_memory=simulated_memory,
             )
             logging.info(found.line())

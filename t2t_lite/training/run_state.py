@@ -220,12 +220,23 @@ class RunLog:
         with self.writer("train").as_default(step=self.step.micro_step):
             tf.summary.scalar("adaptive_target_tokens", new)
 
+    def applied_rate(self):
+        """The learning rate of the last applied update (with a rate that follows
+        the batch, what the optimizer used, not the schedule alone); before the
+        first update, the first update's."""
+        update = self.step.update_step
+        rate = float(tf.convert_to_tensor(self.step.clock.applied_rate))
+        if update == 0 or rate == 0.0:  # a checkpoint from before the clock
+            rate = float(self.schedule(max(update - 1, 0)))
+        return rate
+
     def progress_record(self):
         """Batch-size facts for an evaluation record: tokens per update of the
         current window, non-pad target tokens trained on, the noise scale."""
         record = {
             "tokens_per_update": self.tokens_per_update(),
             "tokens_seen": int(tf.convert_to_tensor(self.step.tokens_seen)),
+            "learning_rate": self.applied_rate(),
         }
         noise = self.step.noise_scale_value()
         if noise is not None:
@@ -240,8 +251,8 @@ class RunLog:
         (progress.py) averages loss and throughput since the previous line."""
         loss, tokens_per_s, eta = meter.take()
         update = self.step.update_step
-        rate = float(self.schedule(max(update - 1, 0)))
         facts = self.progress_record()
+        rate = facts.pop("learning_rate")
         with self.writer("train").as_default(step=done):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)

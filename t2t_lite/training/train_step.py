@@ -49,8 +49,9 @@ from absl import logging
 from t2t_lite.graph import graph_function
 from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
-from t2t_lite.optim.batch_schedule import FixedWindows
+from t2t_lite.optim.batch_plan import FixedWindows
 from t2t_lite.optim.optimizers import skip_keras_all_reduce
+from t2t_lite.optim.schedule import BatchClock
 from t2t_lite.optim.weight_decay import add_weight_decay
 from t2t_lite.training import out_of_memory
 from t2t_lite.training.noise_scale import NoiseScale
@@ -66,6 +67,7 @@ OPTIONAL_CHECKPOINT_ITEMS = (
     "noise_scale",
     "adaptive_batch",
     "oom_splits",
+    "batch_clock",
 )
 
 _BATCH_SIGNATURE = (
@@ -93,12 +95,14 @@ class TrainStep:
         strategy=None,
         jit_compile=False,
         loss_scale=None,
+        clock=None,
     ):
-        """windows: the run's window plan (optim/batch_schedule.py), or
+        """windows: the run's batch plan (optim/batch_plan.py), or
         accumulate_steps: a fixed n. noise_scale_decay: the moving-average decay of
         the gradient noise scale, or None not to measure it (it is not measured
         either when no window can hold two micro-batches). loss_scale: a
-        DynamicLossScale (float16 training), or None."""
+        DynamicLossScale (float16 training), or None. clock: the BatchClock the
+        learning rate reads (optim/schedule.py), or None for one of its own."""
         if windows is None:
             if accumulate_steps is None or accumulate_steps < 1:
                 raise ValueError(
@@ -108,8 +112,6 @@ class TrainStep:
         self.model = model
         self.optimizer = optimizer
         self.plan = windows
-        # The fixed n, or None when windows vary.
-        self.n = windows.n if windows.constant else None
         self.label_smoothing = label_smoothing
         self.clip_grad_norm = clip_grad_norm
         self.weight_decay = weight_decay
@@ -143,8 +145,9 @@ class TrainStep:
                 can_vary or self.strategy.num_replicas_in_sync > 1
             ):
                 self.noise_scale = NoiseScale(noise_scale_decay)
-            if getattr(windows, "state", "absent") is None:
-                windows.create_state()  # an adaptive plan's checkpointed target
+            if windows.state is None:
+                windows.create_state()  # e.g. an adaptive plan's target
+            self.clock = clock or BatchClock()
             self.optimizer.build(model.trainable_variables)
             skip_keras_all_reduce(self.optimizer)
             self.accumulator = (
@@ -174,6 +177,18 @@ class TrainStep:
         self.accumulate_part = self._compile(
             self._accumulate_body, closes_window=False, advances=False
         )
+
+    @property
+    def n(self):
+        """The fixed n, or None when windows vary."""
+        return self.plan.n if self.plan.constant else None
+
+    def set_plan(self, plan):
+        """Trains on with `plan` (a re-planned run, training/build.py replan): it
+        keeps the old plan's checkpointed state, and the step is traced anew."""
+        plan.adopt_state(self.plan)
+        self.plan = plan
+        self.recompile()
 
     @property
     def update_step(self):
@@ -210,17 +225,22 @@ class TrainStep:
         new tokens) to `on_decision`."""
         size, position = self.window()
         if size and position:  # resume inside a window: finish it
+            self._start_window(size)
             yield size, position
         while True:
             update = self.update_step if not self.plan.constant else 0
-            decide = getattr(self.plan, "decide", None)
-            if decide is not None:
-                decision = decide(update, self.noise_scale_value())
-                if decision and on_decision:
-                    on_decision(update, *decision)
+            decision = self.plan.decide(update, self.noise_scale_value())
+            if decision and on_decision:
+                on_decision(update, *decision)
             size = self.plan.size(update)
-            self.window_size.assign(size)
+            self._start_window(size)
             yield size, 0
+
+    def _start_window(self, size):
+        """Records a window of `size` micro-batches: its size in the checkpoint,
+        its planned tokens for the learning rate (optim/schedule.py)."""
+        self.window_size.assign(size)
+        self.clock.window_tokens.assign(size * self.plan.micro_batch_tokens)
 
     def train_on(self, batch, closes_window):
         """One micro-step of the current window; the last one updates. A micro-batch
@@ -326,7 +346,8 @@ class TrainStep:
             items["accumulator"] = self.accumulator
         if self.noise_scale is not None:
             items["noise_scale"] = self.noise_scale
-        if getattr(self.plan, "state", None) is not None:
+        items["batch_clock"] = self.clock
+        if self.plan.state is not None:
             items["adaptive_batch"] = self.plan.state
         if self.loss_scale is not None:
             items["loss_scale"] = self.loss_scale
@@ -490,6 +511,7 @@ class TrainStep:
         # call that fails before it has written nothing (training/out_of_memory.py).
         with tf.control_dependencies([done]):
             self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
+            self._count_planned(finite_loss & finite_gradients, rate)
             measured = {}
             if noise:
                 measured["noise_scale"] = self._measure_noise(unclipped, tokens, noise)
@@ -500,6 +522,19 @@ class TrainStep:
                 "grad_norm": tf.identity(norm),
                 **measured,
             }
+
+    def _count_planned(self, applied, rate):
+        """An applied update adds its window's planned tokens to the clock and
+        records its rate; a skipped one neither (it is retried)."""
+        clock = self.clock
+        window = tf.convert_to_tensor(clock.window_tokens)
+        clock.tokens_trained.assign_add(
+            tf.where(applied, window, tf.zeros_like(window))
+        )
+        previous = tf.convert_to_tensor(clock.applied_rate)
+        clock.applied_rate.assign(
+            tf.where(applied, tf.cast(rate, tf.float32), previous)
+        )
 
     def _measure_noise(self, norm, tokens, noise):
         """The noise scale after folding in this update (`norm`: the global norm

@@ -11,7 +11,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import is_peer_failure
-from t2t_lite.optim.batch_schedule import window_plan
+from t2t_lite.optim.schedule import RATE_RULES, reference_tokens
 from t2t_lite.training.hooks import Loop, default_hooks
 from t2t_lite.training.lost_worker import worker_lost
 from t2t_lite.training.open_run import OpenRun
@@ -30,9 +30,13 @@ __all__ = [
 ]
 
 
-def simulation_line(hp, replicas):
-    """The start-up line stating what a micro-step and an update stand for."""
-    plan = window_plan(hp, replicas)
+def simulation_line(hp, replicas, plan):
+    """The start-up line stating what a micro-step and an update stand for under
+    the run's batch plan, and how the learning rate follows the batch."""
+    return _batch_text(hp, replicas, plan) + _rate_text(hp, plan)
+
+
+def _batch_text(hp, replicas, plan):
     if not plan.constant:
         first = plan.tokens(0)
         return (
@@ -54,6 +58,23 @@ def simulation_line(hp, replicas):
             f"{per_update - hp.effective_batch_size} tokens"
         )
     return line
+
+
+def _rate_text(hp, plan):
+    """The rate rule's part of the start-up line ("" when the rate is the plain
+    schedule of the update step)."""
+    rule, unit = hp.learning_rate_batch_scaling, hp.learning_rate_schedule_unit
+    if rule == "none" and unit == "updates":
+        return ""
+    reference = reference_tokens(hp, plan)
+    parts = []
+    if rule != "none":
+        parts.append(
+            f"learning rate × (tokens/update ÷ {reference})^{RATE_RULES[rule]:g}"
+        )
+    if unit == "tokens":
+        parts.append(f"schedule step = tokens trained on ÷ {reference}")
+    return "; " + ", ".join(parts)
 
 
 class Trainer(OpenRun):
@@ -101,7 +122,7 @@ class Trainer(OpenRun):
             )
             return self.evaluate(write=False)
         write_hparams_summary(self.run_log.writer("train"), self.hp, self.config, start)
-        logging.info(simulation_line(self.hp, self.replicas))
+        logging.info(simulation_line(self.hp, self.replicas, self.plan))
         self._warn_about_an_incomplete_window()
         try:
             with StopRequest() as stop:
@@ -112,7 +133,8 @@ class Trainer(OpenRun):
     def _warn_about_an_incomplete_window(self):
         train_steps = self.config.train_steps
         updates = self.plan.train_updates(train_steps)
-        if updates != int(updates) and self.plan.kind != "adaptive":
+        # A plan with state (an adaptive batch) cannot count its updates ahead.
+        if updates != int(updates) and self.plan.state is None:
             logging.warning(
                 "train_steps=%d does not end an accumulation window (%s): the last "
                 "%d micro-batches will not reach the weights.",
