@@ -285,9 +285,10 @@ def _sampled_batches(rng, count, p):
     return out
 
 
-def _noise_scale_run(p, updates, schedule="", n=4, rate=0.0):
+def _noise_scale_run(p, updates, schedule="", n=4, rate=0.0, **overrides):
     """A run of LogitBias on len(p) ids; rate 0: the truth does not move."""
     hp = tiny_hparams(
+        **overrides,
         optimizer="sgd",
         batch_size=8,
         optimizer_multistep_accumulate_steps=1 if schedule else n,
@@ -345,9 +346,23 @@ def _drive_adaptive(run, batches, stop_after=None):
     return decisions
 
 
-def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):
+@pytest.mark.parametrize(
+    "rate_rule",
+    [
+        {},
+        {
+            "learning_rate_batch_scaling": "sqrt",
+            "learning_rate_schedule_unit": "tokens",
+        },
+    ],
+)
+def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(
+    tmp_path, rate_rule
+):
+    """With and without a rate that follows the batch (it reads the window's
+    planned tokens, which the decisions change, and the tokens trained on)."""
     batches = _sampled_batches(np.random.default_rng(2), 200, FLAT)
-    whole = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05)
+    whole = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05, **rate_rule)
     decisions = _drive_adaptive(whole, batches)
     assert [d[0] for d in decisions] == [5 * k for k in range(1, len(decisions) + 1)]
     assert len(decisions) >= 3
@@ -355,15 +370,18 @@ def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(tmp_path):
         assert 16 <= old <= new <= min(2 * old, 128)  # never shrinks, at most doubles
     assert decisions[-1][2] > 16  # the measured scale (≈ 48 tokens) grew the batch
     # Stopped inside a window after the second decision, saved, resumed:
-    first = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05)
+    first = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05, **rate_rule)
     cut = 47
     before = _drive_adaptive(first, batches, stop_after=cut)
     path = first.checkpoint().save(str(tmp_path / "ckpt"))
-    resumed = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05)
+    resumed = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05, **rate_rule)
     resumed.checkpoint().restore(path).assert_consumed()
     after = _drive_adaptive(resumed, batches[cut:])
     assert before and after and before + after == decisions
     assert resumed.step.plan.target == whole.step.plan.target
+    clocks = [run.step.clock for run in (resumed, whole)]
+    assert int(clocks[0].tokens_trained) == int(clocks[1].tokens_trained) > 0
+    assert float(clocks[0].applied_rate) == float(clocks[1].applied_rate) > 0
     assert (
         ratio(
             [v.numpy() for v in resumed.model.trainable_variables],

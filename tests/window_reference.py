@@ -79,9 +79,10 @@ class Reference:
         grads = tape.gradient(loss_sum, variables)
         return [tf.convert_to_tensor(g) for g in grads], count
 
-    def __call__(self, start, windows, optimizer, total_updates):
+    def __call__(self, start, windows, optimizer, total_updates, rate_of=None):
         """(weights, momentum) after one update per window (a list of lists of
-        numpy batches); linear_decay counts down from total_updates."""
+        numpy batches); linear_decay counts down from total_updates, unless
+        `rate_of(u)` gives update u's rate."""
         self.model.set_weights(start)
         variables = self.model.trainable_variables
         weights = [v.numpy().astype(np.float64) for v in variables]
@@ -97,7 +98,10 @@ class Reference:
                 total = [t + g.numpy() for t, g in zip(total, grads)]
                 tokens += float(count)
             gradient = [t / tokens for t in total]
-            rate = CONSTANT * min(max((total_updates - u) / DECAY, 0.0), 1.0)
+            if rate_of is None:
+                rate = CONSTANT * min(max((total_updates - u) / DECAY, 0.0), 1.0)
+            else:
+                rate = rate_of(u)
             if optimizer == "sgd":
                 weights = [w - rate * g for w, g in zip(weights, gradient)]
             else:
