@@ -30,8 +30,10 @@ _NON_NEGATIVE = (
     "optimizer_adam_epsilon",
     "effective_batch_size",
     "learning_rate_reference_tokens",  # 0: the first update's tokens
+    "adam_beta_tokens_reference",  # 0: off
 )
 ACTIVATION_DTYPES = ("float32", "bfloat16", "float16")
+ADAM = ("adam", "multistep_adam")  # the optimizers adam_beta_tokens_reference scales
 _PROBABILITIES = (  # in [0, 1)
     "label_smoothing",
     "optimizer_adam_beta1",
@@ -161,18 +163,28 @@ def _check_batch_size_schedule(hp):
 
 def _check_rate_rule(hp):
     """learning_rate_batch_scaling, learning_rate_schedule_unit and the reference
-    tokens name things that exist, and the reference holds a micro-batch."""
+    tokens name things that exist, the references hold a micro-batch, and the
+    betas that follow the batch are Adam's."""
     for key, known in (
         ("learning_rate_batch_scaling", tuple(RATE_RULES)),
         ("learning_rate_schedule_unit", SCHEDULE_UNITS),
     ):
         if getattr(hp, key) not in known:
             _fail(key, getattr(hp, key), f"one of {', '.join(known)}")
-    reference = hp.learning_rate_reference_tokens
-    if 0 < reference < hp.batch_size:
-        _fail(
-            "learning_rate_reference_tokens",
-            reference,
-            f"0 (the first update's tokens) or at least one micro-batch (batch_size "
-            f"{hp.batch_size})",
+    for key, zero in (
+        ("learning_rate_reference_tokens", "the first update's tokens"),
+        ("adam_beta_tokens_reference", "off"),
+    ):
+        if 0 < getattr(hp, key) < hp.batch_size:
+            _fail(
+                key,
+                getattr(hp, key),
+                f"0 ({zero}) or at least one micro-batch (batch_size {hp.batch_size})",
+            )
+    if hp.adam_beta_tokens_reference and hp.optimizer not in ADAM:
+        raise HParamsError(
+            f"hparam 'adam_beta_tokens_reference' scales Adam's betas; optimizer "
+            f"'{hp.optimizer}' has none (use {' or '.join(ADAM)}, or set it to 0)."
         )
+    if hp.adam_beta1_follows_tokens and not hp.adam_beta_tokens_reference:
+        _fail("adam_beta1_follows_tokens", True, "set with adam_beta_tokens_reference")

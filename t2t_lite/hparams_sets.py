@@ -46,6 +46,11 @@ def transformer_base():
     d("optimizer_adam_beta1", 0.9)  # Adam first-moment decay
     d("optimizer_adam_beta2", 0.997)  # Adam second-moment decay
     d("optimizer_adam_epsilon", 1e-9)  # Adam epsilon
+    # Tokens per update at which Adam's beta2 is optimizer_adam_beta2; at other
+    # batch sizes beta2 ** (tokens / this), a half-life fixed in tokens; 0: off
+    # (optim/token_adam.py):
+    d("adam_beta_tokens_reference", 0)
+    d("adam_beta1_follows_tokens", False)  # beta1 follows the same rule
     d("optimizer_momentum_momentum", 0.9)  # momentum optimizer's momentum
     d("optimizer_momentum_nesterov", False)  # use Nesterov momentum
     d("optimizer_adafactor_decay_rate", 0.8)  # Adafactor second-moment decay exponent

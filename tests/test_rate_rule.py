@@ -173,6 +173,79 @@ def test_a_resume_inside_a_window_keeps_the_rate_and_the_token_count(tmp_path):
     assert ratio(after, straight, rtol=1e-6) < 1
 
 
+# --- Adam's betas at a fixed half-life in tokens ---------------------------------
+
+BETA_1, BETA_2 = 0.8, 0.95
+
+
+def _hand_betas(reference, beta_1_follows):
+    """Update u's (β1, β2, Π β1, Π β2), by hand: β ** (tokens(u) / reference)."""
+    out, trained = [], 0
+    for u, size in enumerate(WINDOWS):
+        now, total = size * MICRO / reference, (trained + size * MICRO) / reference
+        beta_1, power_1 = BETA_1, BETA_1 ** (u + 1)
+        if beta_1_follows:
+            beta_1, power_1 = BETA_1**now, BETA_1**total
+        out.append((beta_1, BETA_2**now, power_1, BETA_2**total))
+        trained += size * MICRO
+    return out
+
+
+@pytest.mark.parametrize("beta_1_follows", [False, True])
+def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
+    reference = 2 * MICRO  # windows of 1 micro-batch: β ** 0.5; of 4: β ** 2
+    hp = hparams(
+        "adam",
+        optimizer_adam_beta1=BETA_1,
+        optimizer_adam_beta2=BETA_2,
+        adam_beta_tokens_reference=reference,
+        adam_beta1_follows_tokens=beta_1_follows,
+        learning_rate_batch_scaling="sqrt",
+    )
+    run = build_run(
+        hp,
+        vocab_size=VOCAB,
+        train_steps=sum(WINDOWS),
+        initial_weights=list(_start_weights()),
+    )
+    optimizer, betas = run.optimizer, []
+    fed, micro = 0, _micro_batches()
+    for size, first in run.step.windows():
+        betas.append([float(b) for b in optimizer.betas()])  # as the apply reads them
+        for position in range(first, size):
+            run.step.train_on(micro[fed], position + 1 == size)
+            fed += 1
+        if fed == len(micro):
+            break
+    expected = _hand_betas(reference, beta_1_follows)
+    assert betas == [pytest.approx(b, rel=1e-6) for b in expected]
+    rates = _hand_rates("sqrt", "updates", 0)
+    weights, (m, v) = Reference(hp)(
+        list(_start_weights()),
+        split_into_windows(uneven_micro_batches(sum(WINDOWS), seed=5), WINDOWS),
+        "adam",
+        total_updates=len(WINDOWS),
+        rate_of=lambda u: rates[u],
+        betas_of=lambda u: expected[u],
+    )
+    assert ratio([w.numpy() for w in run.model.trainable_variables], weights) < 1
+    assert ratio([tf.convert_to_tensor(s).numpy() for s in optimizer._momentums], m) < 1
+    assert (
+        ratio([tf.convert_to_tensor(s).numpy() for s in optimizer._velocities], v) < 1
+    )
+    # A control: Adam's own constant betas give other weights.
+    plain = build_run(
+        hp.copy().override(
+            adam_beta_tokens_reference=0, adam_beta1_follows_tokens=False
+        ),
+        vocab_size=VOCAB,
+        train_steps=sum(WINDOWS),
+        initial_weights=list(_start_weights()),
+    )
+    _drive_recording_rates(plain.step, _micro_batches())
+    assert ratio([w.numpy() for w in plain.model.trainable_variables], weights) > 1
+
+
 # --- the schedule in tokens -------------------------------------------------------
 
 
@@ -230,6 +303,9 @@ def test_the_token_unit_at_the_reference_batch_is_the_update_unit():
         ({"learning_rate_schedule_unit": "epochs"}, ["updates, tokens", "epochs"]),
         ({"learning_rate_reference_tokens": -1}, [">= 0"]),
         ({"learning_rate_reference_tokens": MICRO - 1}, ["at least one micro-batch"]),
+        ({"adam_beta_tokens_reference": MICRO - 1}, ["at least one micro-batch"]),
+        ({"adam_beta_tokens_reference": 4 * MICRO}, ["optimizer 'sgd' has none"]),
+        ({"adam_beta1_follows_tokens": True}, ["with adam_beta_tokens_reference"]),
     ],
 )
 def test_bad_rate_rules_are_one_line_errors(overrides, words):
@@ -260,5 +336,8 @@ def test_the_start_up_line_states_the_rule():
     line = simulation_line(hp, 1, plan_from_hparams(hp))
     assert f"learning rate × (tokens/update ÷ {MICRO})^0.5" in line
     assert f"schedule step = tokens trained on ÷ {MICRO}" in line
+    adam = hparams("adam", adam_beta_tokens_reference=4 * MICRO)
+    line = simulation_line(adam, 1, plan_from_hparams(adam))
+    assert f"Adam beta2 ** (tokens/update ÷ {4 * MICRO})" in line
     plain = hparams("sgd")
     assert "learning rate" not in simulation_line(plain, 1, plan_from_hparams(plain))

@@ -5,6 +5,9 @@ window by window as the trainer's loop does.
     g(u)      = Σ ∇(token loss sums of window u's micro-batches) / Σ their tokens
     sgd:      w ← w − lr(u) · g(u)
     momentum: v ← μ·v − lr(u) · g(u);  w ← w + v
+    adam:     m ← β1(u)·m + (1 − β1(u))·g(u);  v ← β2(u)·v + (1 − β2(u))·g(u)²;
+              w ← w − lr(u)·√(1 − P2(u)) / (1 − P1(u)) · m / (√v + ε),
+              P(u) the product of β(0..u) (betas_of gives β1, β2, P1, P2)
 
 with lr(u) = CONSTANT · linear_decay(u) = CONSTANT · (U − u) / DECAY: distinct at every
 update. The reference's only shared parts are the model's forward pass and token_loss
@@ -20,6 +23,7 @@ from t2t_lite.models.losses import token_loss
 from t2t_lite.training.build import build_run
 
 CONSTANT, MOMENTUM, DECAY = 0.5, 0.9, 100
+ADAM_EPSILON = 1e-3  # large enough that the update is not sign(m): ε matters
 MICRO = 64  # batch_size: the tokens one micro-batch stands for in the schedules
 RAMP = f"steps:0={MICRO},2={2 * MICRO},4={4 * MICRO}"  # windows of 1, 1, 2, 2, 4, 4…
 
@@ -40,6 +44,7 @@ def hparams(optimizer, schedule=RAMP, replicas=1, **overrides):
         learning_rate_constant=CONSTANT,
         learning_rate_decay_steps=DECAY,
         optimizer_momentum_momentum=MOMENTUM,
+        optimizer_adam_epsilon=ADAM_EPSILON,
         **overrides,
     )
 
@@ -79,14 +84,18 @@ class Reference:
         grads = tape.gradient(loss_sum, variables)
         return [tf.convert_to_tensor(g) for g in grads], count
 
-    def __call__(self, start, windows, optimizer, total_updates, rate_of=None):
+    def __call__(
+        self, start, windows, optimizer, total_updates, rate_of=None, betas_of=None
+    ):
         """(weights, momentum) after one update per window (a list of lists of
         numpy batches); linear_decay counts down from total_updates, unless
-        `rate_of(u)` gives update u's rate."""
+        `rate_of(u)` gives update u's rate. adam: (weights, (m, v)), with
+        betas_of(u) = (β1, β2, P1, P2) and ε = ADAM_EPSILON."""
         self.model.set_weights(start)
         variables = self.model.trainable_variables
         weights = [v.numpy().astype(np.float64) for v in variables]
         velocity = [np.zeros_like(w) for w in weights]
+        second = [np.zeros_like(w) for w in weights]
         for u, window in enumerate(windows):
             for v, w in zip(variables, weights):
                 v.assign(w.astype(np.float32))
@@ -104,9 +113,24 @@ class Reference:
                 rate = rate_of(u)
             if optimizer == "sgd":
                 weights = [w - rate * g for w, g in zip(weights, gradient)]
+            elif optimizer == "adam":
+                beta_1, beta_2, power_1, power_2 = betas_of(u)
+                velocity = [
+                    beta_1 * m + (1 - beta_1) * g for m, g in zip(velocity, gradient)
+                ]
+                second = [
+                    beta_2 * v + (1 - beta_2) * g**2 for v, g in zip(second, gradient)
+                ]
+                alpha = rate * np.sqrt(1 - power_2) / (1 - power_1)
+                weights = [
+                    w - alpha * m / (np.sqrt(v) + ADAM_EPSILON)
+                    for w, m, v in zip(weights, velocity, second)
+                ]
             else:
                 velocity = [MOMENTUM * v - rate * g for v, g in zip(velocity, gradient)]
                 weights = [w + v for w, v in zip(weights, velocity)]
+        if optimizer == "adam":
+            return weights, (velocity, second)
         return weights, velocity
 
 

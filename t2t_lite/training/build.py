@@ -15,6 +15,7 @@ from t2t_lite.models.factory import build_model
 from t2t_lite.optim.batch_plan import plan_from_hparams
 from t2t_lite.optim.optimizers import optimizer_from_hparams
 from t2t_lite.optim.schedule import BatchClock, schedule_from_hparams
+from t2t_lite.optim.token_adam import TokenHalfLifeAdam
 from t2t_lite.registry import MODELS
 from t2t_lite.training.loss_scale import DynamicLossScale
 from t2t_lite.training.train_step import TrainStep
@@ -73,7 +74,7 @@ def build_run(
         plan = plan or plan_from_hparams(hp, strategy.num_replicas_in_sync)
         clock = BatchClock()  # what a rate that follows the batch reads
         schedule = schedule_from_hparams(hp, train_steps, plan, clock)
-        optimizer = optimizer_from_hparams(hp, schedule)
+        optimizer = _optimizer(hp, schedule, clock)
         loss_scale = None
         if hp.activation_dtype == "float16":
             # The most tokens one micro-batch can hold (training/loss_scale.py).
@@ -112,6 +113,22 @@ def replan(run, hp, train_steps):
         step.loss_scale.micro_batch_tokens = float(max(hp.batch_size, hp.max_length))
     step.set_plan(plan)  # keeps the old plan's state, traces anew
     return run
+
+
+def _optimizer(hp, schedule, clock):
+    """hp's registered optimizer; Adam with betas of a fixed half-life in tokens
+    when adam_beta_tokens_reference is set (hparams_checks: only for Adam)."""
+    if not hp.adam_beta_tokens_reference:
+        return optimizer_from_hparams(hp, schedule)
+    return TokenHalfLifeAdam(
+        clock,
+        hp.adam_beta_tokens_reference,
+        beta_1_follows=hp.adam_beta1_follows_tokens,
+        learning_rate=schedule,
+        beta_1=hp.optimizer_adam_beta1,
+        beta_2=hp.optimizer_adam_beta2,
+        epsilon=hp.optimizer_adam_epsilon,
+    )
 
 
 def _noise_scale_decay(hp):

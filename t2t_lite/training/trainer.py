@@ -61,20 +61,22 @@ def _batch_text(hp, replicas, plan):
 
 
 def _rate_text(hp, plan):
-    """The rate rule's part of the start-up line ("" when the rate is the plain
-    schedule of the update step)."""
+    """The start-up line's part on what follows the batch: the rate, the
+    schedule's unit, Adam's betas ("" when nothing does)."""
     rule, unit = hp.learning_rate_batch_scaling, hp.learning_rate_schedule_unit
-    if rule == "none" and unit == "updates":
-        return ""
-    reference = reference_tokens(hp, plan)
-    parts = []
+    reference, parts = reference_tokens(hp, plan), []
     if rule != "none":
         parts.append(
             f"learning rate × (tokens/update ÷ {reference})^{RATE_RULES[rule]:g}"
         )
     if unit == "tokens":
         parts.append(f"schedule step = tokens trained on ÷ {reference}")
-    return "; " + ", ".join(parts)
+    if hp.adam_beta_tokens_reference:
+        betas = "beta1, beta2" if hp.adam_beta1_follows_tokens else "beta2"
+        parts.append(
+            f"Adam {betas} ** (tokens/update ÷ {hp.adam_beta_tokens_reference})"
+        )
+    return "; " + ", ".join(parts) if parts else ""
 
 
 class Trainer(OpenRun):
