@@ -26,7 +26,10 @@ import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite import hparams_checks
 from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.batch_plan import (
+    BatchPlan,
     BatchPlanError,
+    integers,
+    register_batch_plan,
     parse_batch_size_schedule,
     plan_from_hparams,
 )
@@ -426,3 +429,46 @@ def test_a_checkpoint_from_before_windows_resumes_inside_its_window(tmp_path):
     assert new.step.window() == (3, 1)
     sizes = drive(new.step, _micro_batches()[:5])  # 2 to end the window, then 3
     assert sizes == [3, 3] and new.step.update_step == 2 and new.step.window() == (3, 0)
+
+
+# --- a batch plan of one's own (docs/extending.md) ---------------------------------
+
+
+class Doubling(BatchPlan):
+    """START tokens per update, doubled every EVERY updates."""
+
+    def __init__(self, text, start, every, micro_batch_tokens):
+        super().__init__(text, micro_batch_tokens)
+        self.start, self.every = start, every
+
+    def size(self, update):
+        tokens = self.start * 2 ** (update // self.every)
+        return max(1, -(-tokens // self.micro_batch_tokens))
+
+    def smallest_tokens(self):
+        return self.start
+
+
+@register_batch_plan("doubling")
+def _doubling(body, text, micro_batch_tokens):
+    start, every = integers(body, "START,EVERY", text)
+    return Doubling(text, start, every, micro_batch_tokens)
+
+
+def test_a_registered_batch_plan_is_a_batch_size_schedule_kind():
+    hp = tiny_hparams(batch_size=MICRO, batch_size_schedule=f"doubling:{MICRO},2")
+    hparams_checks.validate(hp)
+    plan = plan_from_hparams(hp)
+    assert [plan.size(u) for u in range(6)] == [1, 1, 2, 2, 4, 4]
+    assert (
+        plan.train_updates(14) == 6.0 and plan.train_updates(16) == 6.25
+    )  # 2 of window 6 (8)
+    run = build_run(hp, vocab_size=VOCAB, train_steps=14)
+    assert drive(run.step, _micro_batches()) == WINDOWS
+    assert run.step.update_step == len(WINDOWS)
+    with pytest.raises(BatchPlanError, match="START,EVERY must be integers"):
+        plan_from_hparams(hp.copy().override(batch_size_schedule="doubling:a,b"))
+    with pytest.raises(BatchPlanError, match="less than one micro-batch"):
+        plan_from_hparams(hp.copy().override(batch_size_schedule="doubling:8,2"))
+    with pytest.raises(BatchPlanError, match="unknown kind 'tripling'.*doubling"):
+        plan_from_hparams(hp.copy().override(batch_size_schedule="tripling:8,2"))
