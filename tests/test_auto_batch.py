@@ -209,3 +209,24 @@ def test_a_memory_budget_bounds_the_micro_batch_on_a_cpu(tmp_path):
     for result in found.values():
         assert result["sentences"] == int(0.9 * result["largest_sentences"])
         assert result["batch_size"] == result["sentences"] * (MAX_LENGTH + 1)
+
+
+@pytest.mark.slow
+def test_adaptive_alone_follows_the_fitted_micro_batch(tmp_path):
+    """`adaptive` counts MIN and MAX in micro-batches: after the probe the plan
+    starts at two fitted micro-batches, not two of the provisional one."""
+    config = RunConfig(
+        output_dir=str(tmp_path),
+        train_steps=2,
+        eval_steps=1,
+        local_eval_frequency=0,
+        memory_headroom=0.0,
+    )
+    hp = transformer_test().override(batch_size=0, batch_size_schedule="adaptive")
+    memory = SimulatedMemory(max_tokens=5 * 2 * MAX_LENGTH + 2 * MAX_LENGTH - 1)
+    trainer = Trainer(config, hp, simulated_memory=memory)
+    micro = trainer.hp.batch_size
+    assert micro == 5 * (MAX_LENGTH + 1)  # the probe was not capped by the plan
+    assert trainer.plan.minimum == 2 * micro and trainer.plan.target == 2 * micro
+    trainer.train()
+    assert trainer.step.update_step == 1 and trainer.step.micro_step == 2

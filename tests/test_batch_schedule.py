@@ -29,6 +29,7 @@ from t2t_lite.optim.batch_plan import (
     BatchPlan,
     BatchPlanError,
     integers,
+    largest_micro_batch,
     register_batch_plan,
     parse_batch_size_schedule,
     plan_from_hparams,
@@ -472,3 +473,14 @@ def test_a_registered_batch_plan_is_a_batch_size_schedule_kind():
         plan_from_hparams(hp.copy().override(batch_size_schedule="doubling:8,2"))
     with pytest.raises(BatchPlanError, match="unknown kind 'tripling'.*doubling"):
         plan_from_hparams(hp.copy().override(batch_size_schedule="tripling:8,2"))
+
+
+def test_adaptive_alone_runs_from_two_micro_batches_to_64():
+    plan = parse_batch_size_schedule("adaptive", batch_size=100, replicas=2)
+    assert (plan.minimum, plan.maximum, plan.every) == (400, 12800, 100)
+    assert plan.size(0) == 2
+    # batch_size=0 (auto): the plan follows the micro-batch, so it bounds nothing.
+    auto = tiny_hparams(batch_size=0, batch_size_schedule="adaptive")
+    assert largest_micro_batch(auto, replicas=1) > 10**9
+    with pytest.raises(BatchPlanError, match="unknown kind 'adaptiv'"):
+        parse_batch_size_schedule("adaptiv", batch_size=100)

@@ -1,5 +1,6 @@
-"""batch_size_schedule=adaptive:MIN,MAX[,EVERY]: tokens per update that follow the
-measured gradient noise scale (training/noise_scale.py, docs/design.md §2.8).
+"""batch_size_schedule=adaptive:MIN,MAX[,EVERY] (or `adaptive`: from two micro-batches
+to 64): tokens per update that follow the measured gradient noise scale
+(training/noise_scale.py, docs/design.md §2.8).
 
 The run starts at MIN tokens per update. Every EVERY updates (default 100) it decides
 once: the new target is the noise scale B_simple, but never below the current target
@@ -10,6 +11,7 @@ the decisions an uninterrupted run would.
 """
 
 import math
+import sys
 
 import tensorflow as tf
 
@@ -17,6 +19,9 @@ from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.batch_plan import BatchPlan, BatchPlanError, register_batch_plan
 
 DEFAULT_EVERY = 100
+# `adaptive` alone: from the smallest window whose noise scale can be measured up to
+# 64 micro-batches (transformer_base's 4096 tokens: 8k to 262k tokens per update)
+DEFAULT_MIN_MICRO_BATCHES, DEFAULT_MAX_MICRO_BATCHES = 2, 64
 
 
 class AdaptiveWindows(BatchPlan):
@@ -25,10 +30,15 @@ class AdaptiveWindows(BatchPlan):
     kind = "adaptive"
     needs_noise_scale = True
 
-    def __init__(self, text, minimum, maximum, every, micro_batch_tokens):
+    def __init__(
+        self, text, minimum, maximum, every, micro_batch_tokens, relative=False
+    ):
+        """relative: MIN and MAX were given in micro-batches (`adaptive` alone), so
+        they follow the micro-batch (batch_size=0 resolves it after parsing)."""
         super().__init__(text, micro_batch_tokens)
         self.every = every
         self.minimum, self.maximum = minimum, maximum
+        self.relative = relative
 
     def create_state(self):
         """The target and the last decision's update, as variables; call under the
@@ -56,8 +66,18 @@ class AdaptiveWindows(BatchPlan):
 
     def largest_micro_batch(self, replicas):
         """Half of MIN: a window must hold two micro-batches for the noise scale
-        to be measured from the first update on."""
+        to be measured from the first update on. Unbounded when MIN is counted in
+        micro-batches."""
+        if self.relative:
+            return sys.maxsize
         return min(self.minimum // replicas, self.minimum // 2)
+
+    def adopt_state(self, other):
+        """A re-planned run (batch_size=0 resolved) that has not decided yet
+        starts from this plan's MIN, which may differ from the provisional one."""
+        super().adopt_state(other)
+        if self.state is not None and int(self.state.decided_at) == 0:
+            self.state.target.assign(self.minimum)
 
     def check_batch_size(self, batch_size, replicas):
         if self.minimum < 2 * batch_size:
@@ -115,8 +135,17 @@ class AdaptiveWindows(BatchPlan):
 
 @register_batch_plan("adaptive")
 def _adaptive(body, text, micro_batch_tokens):
-    """`MIN,MAX[,EVERY]`; MIN must hold two micro-batches, for the noise scale it
-    follows to be measured."""
+    """`MIN,MAX[,EVERY]`, or nothing: from two micro-batches to 64. MIN must hold
+    two micro-batches, for the noise scale it follows to be measured."""
+    if not body:
+        return AdaptiveWindows(
+            text,
+            DEFAULT_MIN_MICRO_BATCHES * micro_batch_tokens,
+            DEFAULT_MAX_MICRO_BATCHES * micro_batch_tokens,
+            DEFAULT_EVERY,
+            micro_batch_tokens,
+            relative=True,
+        )
     try:
         values = [int(v) for v in body.split(",")]
     except ValueError:

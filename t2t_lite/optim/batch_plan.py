@@ -185,21 +185,19 @@ def integers(body, what, text):
 
 
 def parse_batch_size_schedule(text, batch_size, replicas=1):
-    """The plan written as `KIND:BODY` for micro-batches of batch_size tokens on
-    `replicas` replicas. A plan that would make a window smaller than one
-    micro-batch is an error, not silently rounded up."""
+    """The plan written as `KIND:BODY` (or `KIND` alone, for a kind with defaults)
+    for micro-batches of batch_size tokens on `replicas` replicas. A plan that would
+    make a window smaller than one micro-batch is an error, not silently rounded
+    up."""
     micro = batch_size * replicas
     kind, sep, body = text.strip().partition(":")
-    if not sep or not body:
+    if kind not in BATCH_PLANS or (sep and not body):
+        unknown = f"unknown kind '{kind}'; " if kind not in BATCH_PLANS else ""
         raise BatchPlanError(
-            f"batch_size_schedule '{text}': expected KIND:ARGS with KIND one of "
+            f"batch_size_schedule '{text}': {unknown}expected KIND:ARGS with KIND "
+            "one of "
             f"{', '.join(BATCH_PLANS.names())} (e.g. linear:START,END,UPDATES, "
             "steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY], fixed:TOKENS)."
-        )
-    if kind not in BATCH_PLANS:
-        raise BatchPlanError(
-            f"batch_size_schedule '{text}': unknown kind '{kind}' "
-            f"({', '.join(BATCH_PLANS.names())})."
         )
     plan = BATCH_PLANS.get(kind)(body, text, micro)
     plan.check_batch_size(batch_size, replicas)
