@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_helpers import assert_one_error_line
 
 import t2t_lite  # noqa: F401
 from t2t_lite.hparams import HParamsError
@@ -176,36 +177,58 @@ def test_a_cpu_needs_a_memory_budget(provisional_run):
 
 @pytest.mark.slow
 def test_a_memory_budget_bounds_the_micro_batch_on_a_cpu(tmp_path):
-    """Through t2t-trainer, budgets of 4 and 8 MB measured by TensorFlow's allocator
-    (its statistics need the BFC allocator on a CPU without oneDNN)."""
-    env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    """Through t2t-trainer, budgets measured by TensorFlow's BFC allocator
+    (TF_CPU_ALLOCATOR_USE_BFC=true): 4 and 8 MB bound the micro-batch, 1 KB holds
+    less than one sentence pair's step. Without that allocator (oneDNN's counts no
+    allocation under 256 KiB, a plain one keeps no statistics) the budget cannot be
+    checked. A refused run writes nothing."""
+    cases = {  # name: (TF_CPU_ALLOCATOR_USE_BFC, GB)
+        "4mb": ("true", 0.004),
+        "8mb": ("true", 0.008),
+        "1kb": ("true", 0.000001),
+        "no_bfc": ("false", 0.008),
+    }
     runs = {}
-    for megabytes in (4, 8):
-        output_dir = tmp_path / f"mb{megabytes}"
+    for name, (bfc, gigabytes) in cases.items():
+        output_dir = tmp_path / name
         command = [
             *(sys.executable, "-m", "t2t_lite.bin.trainer"),
             f"--output_dir={output_dir}",
             "--hparams_set=transformer_test",
             "--hparams=batch_size=0,effective_batch_size=100000",
-            f"--memory_budget={megabytes / 1000}",
+            f"--memory_budget={gigabytes}",
             "--train_steps=1",
             "--local_eval_frequency=0",
             "--eval_steps=1",
         ]
+        env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": bfc}
         process = subprocess.Popen(
             command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
         )
-        runs[megabytes] = (process, output_dir)
-    found = {}
-    for megabytes, (process, output_dir) in runs.items():
-        stderr = process.communicate(timeout=300)[1].decode()
-        assert process.returncode == 0, stderr[-2000:]
-        assert "batch_size auto:" in stderr
-        found[megabytes] = json.loads((output_dir / "run.json").read_text())
-        found[megabytes] = found[megabytes]["auto_batch"]
-        assert found[megabytes]["limit"] == f"in memory_budget {megabytes / 1000:g} GB"
+        runs[name] = (process, output_dir)
+    found, stderr = {}, {}
+    for name, (process, output_dir) in runs.items():
+        stderr[name] = process.communicate(timeout=300)[1].decode()
+        if name in ("1kb", "no_bfc"):
+            assert process.returncode == 2, stderr[name][-2000:]
+            assert not output_dir.exists()
+            continue
+        assert process.returncode == 0, stderr[name][-2000:]
+        assert "batch_size auto:" in stderr[name]
+        found[name] = json.loads((output_dir / "run.json").read_text())["auto_batch"]
+        assert found[name]["limit"] == f"in memory_budget {cases[name][1]:g} GB"
+    assert_one_error_line(
+        stderr["1kb"],
+        "t2t-trainer",
+        "not even one sentence pair of max_length 32 tokens fits in memory_budget "
+        "1e-06 GB (its step peaked at 0.000",
+    )
+    assert_one_error_line(
+        stderr["no_bfc"], "t2t-trainer", "--memory_budget", "TF_CPU_ALLOCATOR_USE_BFC"
+    )
     cap = 100000 // (MAX_LENGTH + 1)  # one micro-batch as large as the update
-    assert 1 < found[4]["largest_sentences"] < found[8]["largest_sentences"] < cap
+    assert 1 < found["4mb"]["largest_sentences"] < found["8mb"]["largest_sentences"]
+    assert found["8mb"]["largest_sentences"] < cap
     for result in found.values():
         assert result["sentences"] == int(0.9 * result["largest_sentences"])
         assert result["batch_size"] == result["sentences"] * (MAX_LENGTH + 1)

@@ -47,6 +47,10 @@ def _prepare(kind, tmp_path, existing_run):
     if kind == "existing":
         return existing_run
     out = tmp_path / "out"
+    if kind == "attempt":  # an earlier run that stopped before its first checkpoint
+        out.mkdir()
+        (out / "hparams.json").write_text('{"hidden_size": 32}\n')
+        (out / "flags.txt").write_text("--hparams_set=transformer_test\n")
     if kind == "under_a_file":
         (tmp_path / "file").write_text("not a directory")
         return str(tmp_path / "file" / "out")
@@ -96,6 +100,22 @@ ROWS = [
         ["batch_size=0 (auto)", "effective_batch_size"],
     ),
     (["--hparams=num_heads=3"], "fresh", ["num_heads", "hidden_size"]),
+    # batch_size=0's refusals come after its run is built, before anything is written.
+    (
+        ["--hparams=batch_size=0,effective_batch_size=4096"],
+        "fresh",
+        ["batch_size=0 (auto)", "--memory_budget"],
+    ),
+    (
+        ["--hparams=batch_size=0,effective_batch_size=4096"],
+        "attempt",
+        ["batch_size=0 (auto)", "--memory_budget"],
+    ),
+    (
+        ["--hparams=batch_size=0,effective_batch_size=16", "--memory_budget=1"],
+        "fresh",
+        ["16 tokens per update", "max_length 32"],
+    ),
     (
         ["--hparams=layer_prepostprocess_dropout=1.5"],
         "fresh",
@@ -135,7 +155,7 @@ ROWS = [
                 "learning_rate_constant=1e30,max_consecutive_bad_updates=2"
             ),
         ],
-        "fresh",
+        "trains",
         ["diverged", "NaN"],
         marks=pytest.mark.slow,
     ),
@@ -147,12 +167,25 @@ def test_bad_input_is_one_line_and_loses_nothing(
     flags, kind, words, tmp_path, existing_run
 ):
     args = [*BASE]
-    if kind is not None:
-        args.append(f"--output_dir={_prepare(kind, tmp_path, existing_run)}")
+    out = None if kind is None else _prepare(kind, tmp_path, existing_run)
+    if out is not None:
+        args.append(f"--output_dir={out}")
     before = _fingerprint(existing_run)
+    given = _listing(out)
     result = run_cli("trainer", *args, *flags)
     assert_user_error(result, "t2t-trainer", *words)
     assert _fingerprint(existing_run) == before
+    # Refused before the run is opened, so nothing is written: a new output_dir is
+    # not created. (A damaged checkpoint is found when restoring, after flags.txt.)
+    if kind not in ("trains", "garbage_checkpoints"):
+        assert _listing(out) == given
+
+
+def _listing(directory):
+    """None for no directory (or none given), else its files' hashes."""
+    if directory is None or not os.path.isdir(directory):
+        return None
+    return _fingerprint(directory)
 
 
 @pytest.mark.slow

@@ -75,10 +75,16 @@ def prepare_output_dir(output_dir, hp):
         raise UserError(
             f"output_dir '{output_dir}' cannot be created: {reason}."
         ) from None
+    check_hparams(output_dir, hp)
+    write_atomically(os.path.join(output_dir, HPARAMS_FILE), hp.to_json() + "\n")
+
+
+def check_hparams(output_dir, hp):
+    """prepare_output_dir's check alone, writing nothing: for what must refuse a
+    run before anything of it is written (batch_size=0's probe comes first)."""
     path = os.path.join(output_dir, HPARAMS_FILE)
     if tf.io.gfile.exists(path) and _has_checkpoint(output_dir):
         _check_stored_hparams(path, output_dir, hp)
-    write_atomically(path, hp.to_json() + "\n")
 
 
 def _check_stored_hparams(path, output_dir, hp):

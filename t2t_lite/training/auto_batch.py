@@ -8,10 +8,13 @@ sentences, so less attention memory. The probe runs the run's own full
 accumulate-and-update step on batches of r sentences of max_length tokens on both
 sides, every replica alike: r = 1, 2, 4, ... until one does not fit, then a
 bisection. A step fits when it runs (on a GPU a step that does not raises
-ResourceExhaustedError) and, under `memory_budget`, when the allocator's peak during
-it stays within the budget (on a CPU, which would rather swap than fail, the budget is
-required). The micro-batch chosen holds (1 - headroom) of the largest r, so that what
-the probe did not exercise (fragmentation, another process) has room.
+ResourceExhaustedError) and, under `memory_budget`, when the device allocator's peak
+during it stays within the budget (on a CPU, which would rather swap than fail, the
+budget is required). The budget is only checked with an allocator that counts every
+tensor (_check_statistics): on a CPU that is TensorFlow's BFC allocator, not oneDNN's,
+which leaves allocations under 256 KiB uncounted. The micro-batch chosen holds
+(1 - headroom) of the largest r, so that what the probe did not exercise
+(fragmentation, another process) has room.
 
 It is the run's own step, not a copy: TensorFlow keeps the memory of a run that has
 stepped even once its Python objects are gone, so a throwaway copy would leave the
@@ -94,7 +97,7 @@ def probe_batch_size(
         )
     budget = memory_budget_gb * GB if memory_budget_gb > 0 else None
     if budget is not None:
-        _reset_peak(device)  # the allocator keeps statistics, or a clear error
+        _check_statistics(device)  # the peak counts every tensor, or a clear error
     began = time.perf_counter()
     fits = _Fits(run, length, device, budget, simulated_memory)
     saved = _host_copy(run)
@@ -106,8 +109,8 @@ def probe_batch_size(
     if largest == 0:
         raise AutoBatchError(
             f"batch_size=0 (auto): not even one sentence pair of max_length {length} "
-            f"tokens fits {_limit_text(budget)}; lower max_length or use "
-            "recompute_grad=true"
+            f"tokens fits {_limit_text(budget)}{fits.peak_text(1)}; lower max_length "
+            "or use recompute_grad=true."
         )
     sentences = max(1, int(largest * (1.0 - headroom)))
     if not run.hp.batch_size_schedule:  # the fewest sentences for the same n
@@ -151,21 +154,30 @@ class _Fits:
     def __init__(self, run, length, device, budget, simulated_memory):
         self.run, self.length, self.device, self.budget = run, length, device, budget
         self.count = 0
+        self.peaks = {}  # sentences: the allocator's peak in bytes, under a budget
         run.step.simulated_memory = simulated_memory
 
     def __call__(self, sentences):
         self.count += 1
         batch = self._batch(sentences)
         if self.budget is not None:
-            _reset_peak(self.device)
+            tf.config.experimental.reset_memory_stats(self.device)  # the peak from here
         try:
             self.run.step.probe(batch)
         except tf.errors.ResourceExhaustedError:
             return False
         if self.budget is None:
             return True
-        peak = tf.config.experimental.get_memory_info(self.device)["peak"]
-        return peak <= self.budget
+        self.peaks[sentences] = tf.config.experimental.get_memory_info(self.device)[
+            "peak"
+        ]
+        return self.peaks[sentences] <= self.budget
+
+    def peak_text(self, sentences):
+        """What the step on `sentences` peaked at, for a message; '' if unmeasured."""
+        if sentences not in self.peaks:
+            return ""
+        return f" (its step peaked at {self.peaks[sentences] / GB:.3g} GB)"
 
     def _batch(self, sentences):
         # Non-pad ids: memory does not depend on which.
@@ -205,15 +217,48 @@ def _memory_device():
     return "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
 
 
-def _reset_peak(device):
+# A tensor well under the 256 KiB below which oneDNN's CPU allocator hands requests
+# to an allocator it keeps no statistics for.
+_COUNTED_BYTES = 1024
+
+
+def _check_statistics(device):
+    """Refuses a budget that the allocator's peak would not bound: the allocator
+    must keep statistics and count a small tensor.
+
+    On a CPU, TensorFlow's device allocator is its BFC allocator with
+    TF_CPU_ALLOCATOR_USE_BFC=true, read when the process first creates a device.
+    Otherwise it is oneDNN's (where TensorFlow enables oneDNN, which depends on the
+    CPU) or a plain one. The plain one keeps no statistics; oneDNN's counts only
+    allocations of 256 KiB and more, so the peak of a small model's step reads 0
+    and would let any budget pass. Allocating a tensor and reading it back checks
+    the allocator in use, whatever the environment and the CPU."""
     try:
+        # The peak, unlike the bytes in use, does not drop if another thread frees.
         tf.config.experimental.reset_memory_stats(device)
-    except ValueError:
-        raise AutoBatchError(
-            f"--memory_budget needs allocator statistics, which TensorFlow keeps on "
-            f"{device} only with its BFC allocator: set the environment variable "
-            "TF_CPU_ALLOCATOR_USE_BFC=true."
-        ) from None
+        before = tf.config.experimental.get_memory_info(device)["peak"]
+        with tf.device(device):
+            tensor = tf.fill([_COUNTED_BYTES // 4], 1.0)  # a kernel's output
+        counted = tf.config.experimental.get_memory_info(device)["peak"] - before
+        del tensor
+    except ValueError:  # no statistics at all
+        counted = None
+    if counted is not None and counted >= _COUNTED_BYTES:
+        return
+    found = (
+        "keeps no statistics"
+        if counted is None
+        else f"counted {counted} bytes of a {_COUNTED_BYTES}-byte tensor"
+    )
+    fix = (
+        "start the process with the environment variable TF_CPU_ALLOCATOR_USE_BFC=true"
+        if device.startswith("CPU")
+        else "use TensorFlow's default GPU allocator"
+    )
+    raise AutoBatchError(
+        f"--memory_budget is checked against the peak of TensorFlow's allocator on "
+        f"{device}, which {found}; {fix} (a BFC allocator, which counts every tensor)."
+    )
 
 
 def _limit_text(budget):

@@ -180,8 +180,8 @@ class OpenRun:
         the state is put back afterwards), and the run is re-planned for it. A
         resume takes the micro-batch run.json recorded instead of probing."""
         config = self.config
-        if self.chief:  # a run with other hparams is refused before the probe
-            run_dir.prepare_output_dir(config.output_dir, self.given_hp)
+        if self.chief:  # other hparams are refused before the probe, writing nothing
+            run_dir.check_hparams(config.output_dir, self.given_hp)
         stored = run_dir.read_run_file(config.output_dir).get("auto_batch")
         if stored is None and self.workers > 1:
             raise AutoBatchError(

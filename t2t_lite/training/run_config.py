@@ -150,8 +150,9 @@ class RunConfig:
         0.0,
         "With batch_size=0 (auto): GB of device memory one micro-step may use at its "
         "peak (TensorFlow's allocator; weights, slots and accumulators included); "
-        "required on a CPU, optional on a GPU, whose out-of-memory error bounds the "
-        "probe anyway (docs/memory.md).",
+        "required on a CPU, with TF_CPU_ALLOCATOR_USE_BFC=true in the environment, "
+        "optional on a GPU, whose out-of-memory error bounds the probe anyway "
+        "(docs/memory.md).",
         minimum=0.0,
     )
     memory_headroom: float = option(
