@@ -178,6 +178,10 @@ def _fmt(value, digits=4):
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
+def _bleu(value):
+    return "—" if value is None else f"{value:.2f}"
+
+
 def _tokens(value):
     if value is None:
         return "—"
@@ -233,8 +237,8 @@ def end_table(summary):
                 _fmt(end["tokens_per_update"], 0),
                 f"{end['core_share']:.2f}",
                 _fmt(end["dev_loss"]),
-                _fmt(end["bleu"], 4),
-                _fmt(end["bleu_final_decode"], 4),
+                _bleu(end["bleu"]),
+                _bleu(end["bleu_final_decode"]),
                 time_text,
                 f"{ratio:.2f}×" if ratio is not None else "—",
                 _tokens(reach.get("tokens")),
@@ -248,7 +252,8 @@ def marks_table(summary, key):
     rows = []
     for name, recipe in summary["recipes"].items():
         if recipe["status"] == "ok":
-            rows.append([name] + [_fmt(m[key]) for m in recipe["at_marks"]])
+            show = _fmt if key == "dev_loss" else _bleu
+            rows.append([name] + [show(m[key]) for m in recipe["at_marks"]])
     return _table(header, rows)
 
 
@@ -261,7 +266,7 @@ def tokens_table(summary):
         if recipe["status"] == "ok":
             row = [name]
             for point in recipe["at_tokens"]:
-                row += [_fmt(point["dev_loss"]), _fmt(point["bleu"])]
+                row += [_fmt(point["dev_loss"]), _bleu(point["bleu"])]
             rows.append(row)
     return _table(header, rows)
 
@@ -284,7 +289,7 @@ def noise_table(summary):
                 ", ".join(seeds),
                 ", ".join(_fmt(v) for v in losses),
                 f"{spread:.1f}%",
-                ", ".join(_fmt(v) for v in bleus),
+                ", ".join(_bleu(v) for v in bleus),
             ]
         )
     if not rows:
@@ -342,18 +347,19 @@ def markdown(summary):
 
 def plot(summary, path, title):
     """Dev loss and BLEU against training minutes and tokens, one colour per
-    recipe, one line per run (filler runs dashed); the target as a grey line."""
+    recipe (its mean core share in the legend), one line per run (filler runs
+    dashed); the target as a grey line."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex="col")
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ok = [n for n, r in summary["recipes"].items() if r["status"] == "ok"]
     for index, name in enumerate(ok):
         color = cycle[index % len(cycle)]
+        share = summary["recipes"][name]["end"]["core_share"]
         for number, run in enumerate(summary["recipes"][name]["runs"]):
             if run["status"] != "ok":
                 continue
@@ -362,7 +368,7 @@ def plot(summary, path, title):
                 "marker": "o",
                 "markersize": 3,
                 "linestyle": "--" if run["filler"] else "-",
-                "label": name if number == 0 else None,
+                "label": f"{name} (core share {share:.2f})" if number == 0 else None,
             }
             minutes = [s / 60 for s in _series(run, "train_seconds")]
             tokens = [t / 1e6 for t in _series(run, "tokens_seen")]
@@ -373,10 +379,7 @@ def plot(summary, path, title):
     for column in (0, 1):
         if summary["target_loss"] is not None:
             axes[0][column].axhline(summary["target_loss"], color="grey", lw=0.8)
-        axes[0][column].set_yscale("log")
-        axes[0][column].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
-        axes[0][column].yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
-        axes[0][column].set_ylabel("dev loss (log)")
+        axes[0][column].set_ylabel("dev loss")
         axes[1][column].set_ylabel("dev BLEU (greedy)")
         for row in (0, 1):
             axes[row][column].grid(alpha=0.3)

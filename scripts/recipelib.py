@@ -9,7 +9,7 @@ returns their results. In the child, `run(spec)` returns the result (a dict, wri
 next to the spec as result.json):
 
 - Training is t2t_lite's own loop, `Trainer(RunConfig(...), hp).train()`, with one
-  extra hook, `WallClockMarks`. Its clock (wall time, or the process's CPU time with
+  extra hook, `ClockMarks`. Its clock (wall time, or the process's CPU time with
   spec["clock"] "cpu") starts when the loop begins (the model is built, the input
   iterators exist) and runs while the loop trains, less the one-off start (tracing
   the step functions, filling the shuffle buffer). When it passes a mark, the hook
@@ -55,7 +55,7 @@ def build_hparams(hparams_set, common, recipe, model="transformer"):
     return validate(hp, model)
 
 
-class WallClockMarks:
+class ClockMarks:
     """A trainer hook: a clock of training time that, at each of `seconds`
     (ascending) once the window in progress has closed, records the counters and
     writes the model's weights (DIRECTORY/mark-1, mark-2, ...), and ends the loop
@@ -157,7 +157,7 @@ def train(spec):
     config = run_config(spec, os.path.join(spec["dir"], "run"))
     trainer = Trainer(config, hp)
     clock = spec.get("clock", "wall")
-    marks = WallClockMarks(trainer, spec["mark_seconds"], marks_dir, clock)
+    marks = ClockMarks(trainer, spec["mark_seconds"], marks_dir, clock)
     trainer.hooks.append(marks)
     trainer.train()
     if len(marks.records) != len(spec["mark_seconds"]):
