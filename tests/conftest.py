@@ -51,6 +51,7 @@ LONGEST_FIRST = (
     "test_xla.py",
     "test_warm_start_and_versions.py",
     "test_bench_peers.py",
+    "test_bench_recipes.py",
     "test_exporter.py",
     "test_auto_batch.py",
     "test_out_of_memory.py",
