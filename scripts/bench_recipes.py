@@ -14,6 +14,8 @@ recipe is a name and an `--hparams` override string applied after the common one
   *_sqrt, *_linear learning_rate_batch_scaling=sqrt|linear (the rate scaled with the
                    tokens per update, against learning_rate_reference_tokens)
   *_tok            learning_rate_schedule_unit=tokens (warmup and decay in tokens)
+  auto             the recipe of the recommended set transformer_base_auto (what it
+                   changes over transformer_base)
 
 --recipe NAME=HPARAMS adds one (repeatable); --recipes picks them ("all": the table).
 
@@ -95,6 +97,9 @@ RECIPES = {
     "adaptive_sqrt": f"{ADAPTIVE},{SQRT}",
     "adaptive_sqrt_tok": f"{ADAPTIVE},{SQRT},{TOKENS}",
     "adaptive_linear": f"{ADAPTIVE},learning_rate_batch_scaling=linear",
+    # The recommended set's recipe: what transformer_base_auto changes over
+    # transformer_base (set_recipe keeps the two in step).
+    "auto": "{auto}",
     # fixed8 with fixed4's rate scaled by sqrt(2): the rate tuned for 4 micro-batches.
     "fixed8_sqrt": (
         "optimizer_multistep_accumulate_steps=8,"
@@ -237,7 +242,18 @@ def chosen_recipes(args):
     if unknown:
         fail(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(table)}")
     sizes = {f"b{k}" if k > 1 else "b": k * args.batch_size for k in (1, 2, 4, 8, 16)}
+    sizes["auto"] = set_recipe("transformer_base_auto")
     return {name: table[name].format(**sizes) for name in names}
+
+
+def set_recipe(name):
+    """What the registered hparams set `name` changes over transformer_base, as an
+    --hparams string: the set's recipe on the benchmark's common model."""
+    from t2t_lite.registry import HPARAMS_SETS
+
+    chosen, base = HPARAMS_SETS.get(name)(), HPARAMS_SETS.get("transformer_base")()
+    values = chosen.values()
+    return ",".join(f"{key}={values[key]}" for key in chosen.diff(base))
 
 
 def validation_error(args, hparams):

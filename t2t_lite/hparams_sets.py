@@ -133,6 +133,19 @@ HPARAMS_SETS.add("transformer_base_multistep8", transformer_base_fake_gpu8)
 
 
 @HPARAMS_SETS.register()
+def transformer_base_auto():
+    """transformer_base with the batch managed for you: an adaptive batch from two
+    micro-batches up to 64, following the measured gradient noise scale, and a
+    learning rate that follows it (sqrt of the tokens per update; warmup and decay
+    counted in tokens). Chosen by measurement: docs/batch.md#which-plan-which-rate-rule."""
+    return transformer_base().override(
+        batch_size_schedule="adaptive",
+        learning_rate_batch_scaling="sqrt",
+        learning_rate_schedule_unit="tokens",
+    )
+
+
+@HPARAMS_SETS.register()
 def transformer_tiny_fake_gpu4():
     """Quick-start set: transformer_tiny simulating 4 GPUs of 512 tokens on a CPU."""
     return transformer_tiny().override(

@@ -370,6 +370,23 @@ def test_fake_gpu8_and_multistep8_are_the_same_set():
     assert fake.diff(_base()) == ["optimizer", "optimizer_multistep_accumulate_steps"]
 
 
+def test_transformer_base_auto_is_base_with_the_managed_batch():
+    from t2t_lite.hparams_checks import validate
+    from t2t_lite.optim.batch_plan import plan_from_hparams
+
+    auto = HPARAMS_SETS.get("transformer_base_auto")()
+    assert auto.diff(_base()) == [
+        "batch_size_schedule",
+        "learning_rate_batch_scaling",
+        "learning_rate_schedule_unit",
+    ]
+    validate(auto)
+    plan = plan_from_hparams(auto, replicas=2)
+    assert (plan.minimum, plan.maximum) == (2 * 8192, 64 * 8192)  # 4096 × 2 replicas
+    # transformer_base_fake_gpu8 keeps T2T's meaning: a fixed 8.
+    assert plan_from_hparams(HPARAMS_SETS.get("transformer_base_fake_gpu8")()).n == 8
+
+
 @pytest.mark.parametrize("name", ["values", "parse", "copy", "_values"])
 def test_names_that_would_hide_methods_are_refused(name):
     with pytest.raises(HParamsError, match=name):
