@@ -144,6 +144,12 @@ def _check_auto_batch_size(hp):
             "batch_size_schedule: the tokens per update to keep while the "
             "micro-batch fits the memory."
         )
+    if 0 < hp.effective_batch_size <= hp.max_length:
+        raise HParamsError(
+            f"hparams batch_size=0 (auto): effective_batch_size "
+            f"{hp.effective_batch_size} tokens per update is less than one sentence "
+            f"pair of max_length {hp.max_length} (+1)."
+        )
 
 
 def _check_batch_size_schedule(hp):

@@ -137,7 +137,8 @@ def transformer_base_auto():
     """transformer_base with the batch managed for you: an adaptive batch from two
     micro-batches up to 64, following the measured gradient noise scale, and a
     learning rate that follows it (sqrt of the tokens per update; warmup and decay
-    counted in tokens). Chosen by measurement: docs/batch.md#which-plan-which-rate-rule."""
+    counted in tokens). scripts/bench_recipes.py measures it against fixed batches
+    (its recipe `auto`): docs/batch.md#which-plan-which-rate-rule."""
     return transformer_base().override(
         batch_size_schedule="adaptive",
         learning_rate_batch_scaling="sqrt",
