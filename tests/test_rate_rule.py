@@ -96,7 +96,7 @@ def _drive_recording_rates(step, batches):
         ("sqrt", "updates", 0),
         ("linear", "updates", 0),
         ("sqrt", "tokens", 0),
-        ("linear", "tokens", 2 * MICRO),
+        ("linear", "tokens", 0),
         ("none", "tokens", 3 * MICRO),
     ],
 )
