@@ -34,6 +34,10 @@ setup(
         "matplotlib==3.10.*",  # t2t-plot's figures (Agg backend: no display needed)
     ],
     extras_require={
+        # t2t-exporter --format=ctranslate2 and t2t-decoder --engine=ctranslate2: the
+        # C++ inference engine most translation toolkits convert to; its converter
+        # API fills a TransformerSpec, so we write no model format of our own
+        "ctranslate2": ["ctranslate2==4.8.*"],
         "test": [
             "pytest==9.*",
             # two test processes: the suite is mostly single-threaded Python, tracing
@@ -45,6 +49,7 @@ setup(
             'keras-hub==0.25.1; python_version < "3.11"',
             # tensorflow-text is what keras-hub pulls in, pinned to our TF
             "tensorflow-text==2.21.*",
+            "ctranslate2==4.8.*",  # tests/test_ctranslate2.py
         ],
     },
     entry_points={

@@ -1,4 +1,5 @@
-"""t2t-decoder: translate a file or stdin with a trained run (T2T's flag names)."""
+"""t2t-decoder: translate a file or stdin with a trained run (T2T's flag names),
+through TensorFlow or through the run's CTranslate2 conversion (--engine)."""
 
 import os
 import sys
@@ -8,11 +9,12 @@ import tensorflow as tf
 from absl import flags, logging
 
 from t2t_lite.bin import common
-from t2t_lite.bin.run_selection import define_run_selection_flags
+from t2t_lite.bin.run_selection import define_run_selection_flags, run_selection
 from t2t_lite.data import text_io
 from t2t_lite.decoding.bleu import corpus_scores
+from t2t_lite.decoding.ctranslate2_engine import CTranslate2Decoder
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
-from t2t_lite.decoding.loading import load_for_decoding
+from t2t_lite.decoding.loading import load_for_decoding, open_for_decoding
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.runs.run_dir import write_atomically
 
@@ -43,6 +45,35 @@ flags.DEFINE_boolean(
 )
 flags.DEFINE_boolean(
     "decode_interactive", False, "Read sentences from stdin, print each translation."
+)
+flags.DEFINE_enum(
+    "engine",
+    "tensorflow",
+    ["tensorflow", "ctranslate2"],
+    "tensorflow: the run's checkpoint; ctranslate2: the model t2t-exporter "
+    "--format=ctranslate2 converted from it (--ct2_dir), same inputs and outputs.",
+)
+flags.DEFINE_string(
+    "ct2_dir", "", "With --engine=ctranslate2: the converted model directory."
+)
+flags.DEFINE_string(
+    "ct2_device", "cpu", "With --engine=ctranslate2: cpu, cuda or auto."
+)
+flags.DEFINE_string(
+    "ct2_compute_type",
+    "default",
+    "With --engine=ctranslate2: CTranslate2's compute_type (default: the weights' "
+    "own; int8, float16, ... convert at load).",
+)
+flags.DEFINE_integer(
+    "ct2_threads", 0, "With --engine=ctranslate2: threads per translation (0: auto)."
+)
+flags.DEFINE_float(
+    "ct2_patience",
+    2.0,
+    "With --engine=ctranslate2: a sentence's beam search ends once beam_size × "
+    "patience hypotheses have finished (2 finds the TensorFlow search's best "
+    "hypotheses; 1 is CTranslate2's default, faster).",
 )
 
 
@@ -173,6 +204,36 @@ def _decode_interactive(decoder, problem, hp):
         print(_format(texts, hp), flush=True)
 
 
+def _check_engine_flags():
+    if FLAGS.engine == "ctranslate2" and not FLAGS.ct2_dir:
+        raise UserError("--engine=ctranslate2 needs --ct2_dir (t2t-exporter's output).")
+    if FLAGS.engine == "tensorflow" and FLAGS.ct2_dir:
+        raise UserError("--ct2_dir needs --engine=ctranslate2.")
+
+
+def _decoder(model, problem, dhp, hp, path):
+    max_input_length = hp.max_length or hp.batch_size
+    if FLAGS.engine == "tensorflow":
+        print(f"t2t-decoder: decoding with {path}", file=sys.stderr)
+        return Decoder(model, dhp, max_input_length, flag="--decode_hparams")
+    decoder = CTranslate2Decoder(
+        FLAGS.ct2_dir,
+        dhp,
+        max_input_length,
+        problem,
+        device=FLAGS.ct2_device,
+        compute_type=FLAGS.ct2_compute_type,
+        threads=FLAGS.ct2_threads,
+        patience=FLAGS.ct2_patience,
+    )
+    print(
+        f"t2t-decoder: decoding with CTranslate2 {FLAGS.ct2_dir} (converted from "
+        f"{decoder.info['checkpoint']}, {decoder.info['quantization']} weights)",
+        file=sys.stderr,
+    )
+    return decoder
+
+
 def main(argv):
     del argv
     if FLAGS.decode_interactive and (FLAGS.decode_from_file or FLAGS.decode_to_file):
@@ -185,34 +246,27 @@ def main(argv):
             "--eval_use_test_set decodes the problem's test split; drop it, or "
             "--decode_from_file/--decode_interactive."
         )
+    _check_engine_flags()
     lines = _read_source() if FLAGS.decode_from_file else None
     dhp = decode_hparams(FLAGS.decode_hparams, flag="--decode_hparams")
     logging.set_verbosity(logging.INFO)
-    model, problem, hp, path = load_for_decoding(
-        output_dir=FLAGS.output_dir,
-        checkpoint_path=FLAGS.checkpoint_path,
-        problem=FLAGS.problem,
-        model=FLAGS.model,
-        hparams_set=FLAGS.hparams_set,
-        hparams=FLAGS.hparams,
-        data_dir=FLAGS.data_dir,
-    )
+    run = run_selection(FLAGS)
+    if FLAGS.engine == "tensorflow":
+        model, problem, hp, path = load_for_decoding(**run)
+        run_dir = os.path.dirname(path)
+    else:  # the converted model decodes: no TensorFlow model to build
+        model, path = None, None
+        _, problem, hp, run_dir, _ = open_for_decoding(**run)
     split = "test" if FLAGS.eval_use_test_set else "dev"
     if FLAGS.eval_use_test_set:
         problem.require_split(split)  # one line for data without a test split
-    print(f"t2t-decoder: decoding with {path}", file=sys.stderr)
-    decoder = Decoder(
-        model,
-        dhp,
-        max_input_length=hp.max_length or hp.batch_size,
-        flag="--decode_hparams",
-    )
+    decoder = _decoder(model, problem, dhp, hp, path)
     if FLAGS.decode_from_file:
         _decode_file(decoder, problem, dhp, lines)
     elif FLAGS.decode_interactive:
         _decode_interactive(decoder, problem, dhp)
     else:
-        _decode_split(decoder, problem, dhp, os.path.dirname(path), split)
+        _decode_split(decoder, problem, dhp, run_dir, split)
     return 0
 
 

@@ -1,7 +1,10 @@
-"""t2t-exporter: write a trained run as a SavedModel that translates text.
+"""t2t-exporter: write a trained run as a SavedModel that translates text, or as a
+CTranslate2 model directory.
 
     t2t-exporter --output_dir=RUN --data_dir=DATA [--export_dir=DIR]
         [--checkpoint_path=RUN/model-N] [--decode_hparams="beam_size=4,alpha=0.6"]
+    t2t-exporter --format=ctranslate2 --output_dir=RUN --data_dir=DATA
+        [--export_dir=DIR] [--quantization=int8]
 
 The SavedModel's `serving_default` signature takes a 1-D string tensor of sentences
 and returns {"translations", "scores"}, tokenizing with the problem's SentencePiece
@@ -17,7 +20,8 @@ import time
 from absl import flags, logging
 
 from t2t_lite.bin import common
-from t2t_lite.bin.run_selection import define_run_selection_flags
+from t2t_lite.bin.run_selection import define_run_selection_flags, run_selection
+from t2t_lite.decoding import ctranslate2_export
 from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.decoding.export import (
     ALPHA_SIGNATURE,
@@ -55,6 +59,21 @@ flags.DEFINE_boolean(
     "with the vocabulary in the export's assets.extra/.",
 )
 
+flags.DEFINE_enum(
+    "format",
+    "savedmodel",
+    ["savedmodel", "ctranslate2"],
+    "savedmodel: a TensorFlow SavedModel (TF Serving); ctranslate2: a CTranslate2 "
+    "model directory (pip install -e '.[ctranslate2]'), decoded by t2t-decoder "
+    "--engine=ctranslate2 or CTranslate2's Translator.",
+)
+flags.DEFINE_string(
+    "quantization",
+    "",
+    "With --format=ctranslate2: the weights' type as CTranslate2 names it (int8, "
+    "int8_float32, int16, float16, bfloat16, ...); default: float32 as trained.",
+)
+
 _UNSUPPORTED = ("return_beams", "write_beam_scores")  # one translation per sentence
 
 
@@ -89,20 +108,61 @@ def _info(dhp, hp, checkpoint, problem, model_class, signatures):
     }
 
 
+def _check_format_flags():
+    """The flags that mean something for one format only, refused for the other."""
+    if FLAGS.format == "savedmodel" and FLAGS.quantization:
+        raise UserError("--quantization needs --format=ctranslate2.")
+    if FLAGS.format == "ctranslate2":
+        for name in ("ids_only", "decode_hparams"):
+            if FLAGS[name].present:
+                raise UserError(
+                    f"--{name} is for --format=savedmodel: a CTranslate2 model "
+                    "takes its decoding options per call (t2t-decoder "
+                    "--engine=ctranslate2 --decode_hparams=...)."
+                )
+        if FLAGS.quantization:  # before loading anything
+            ctranslate2_export._ctranslate2()
+            if FLAGS.quantization not in ctranslate2_export.quantization_types():
+                raise UserError(
+                    f"--quantization {FLAGS.quantization!r}: CTranslate2 knows "
+                    f"{', '.join(ctranslate2_export.quantization_types())}."
+                )
+
+
+def _export_ctranslate2(model, problem, hp, path):
+    export_dir = FLAGS.export_dir or ctranslate2_export.default_dir(
+        os.path.dirname(path), path
+    )
+    _check_export_dir(export_dir)
+    print(f"t2t-exporter: converting {path} to CTranslate2", file=sys.stderr)
+    start = time.perf_counter()
+    info = {
+        "checkpoint": os.path.abspath(path),
+        "problem": problem.name,
+        "model_class": type(model).__name__,
+        "vocab_fingerprint": problem.vocab_fingerprint(),
+        "max_input_length": hp.max_length or hp.batch_size,
+    }
+    info = ctranslate2_export.convert(
+        model, problem, export_dir, info, FLAGS.quantization or None, FLAGS.overwrite
+    )
+    print(
+        f"t2t-exporter: wrote {export_dir} in {time.perf_counter() - start:.1f} s "
+        f"(CTranslate2 {info['ctranslate2_version']}, {info['quantization']} "
+        f"weights, positions up to {info['max_positions']})"
+    )
+    return 0
+
+
 def main(argv):
     del argv
+    _check_format_flags()
     dhp = _decode_hparams()
     if FLAGS.export_dir:  # refuse before the slow part
         _check_export_dir(FLAGS.export_dir)
-    model, problem, hp, path = load_for_decoding(
-        output_dir=FLAGS.output_dir,
-        checkpoint_path=FLAGS.checkpoint_path,
-        problem=FLAGS.problem,
-        model=FLAGS.model,
-        hparams_set=FLAGS.hparams_set,
-        hparams=FLAGS.hparams,
-        data_dir=FLAGS.data_dir,
-    )
+    model, problem, hp, path = load_for_decoding(**run_selection(FLAGS))
+    if FLAGS.format == "ctranslate2":
+        return _export_ctranslate2(model, problem, hp, path)
     export_dir = FLAGS.export_dir or default_export_dir(os.path.dirname(path), path)
     _check_export_dir(export_dir)
     print(f"t2t-exporter: exporting {path}", file=sys.stderr)

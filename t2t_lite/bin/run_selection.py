@@ -30,3 +30,9 @@ def define_run_selection_flags(module_name, purpose):
     flags.DEFINE_string(
         "data_dir", "", "The problem's data dir (its vocabulary).", **define
     )
+
+
+def run_selection(flag_values):
+    """The run-selection flags' values, as decoding/loading.py's keyword arguments."""
+    names = ("output_dir", "checkpoint_path", "problem", "model", "hparams_set")
+    return {name: flag_values[name].value for name in names + ("hparams", "data_dir")}

@@ -2,7 +2,8 @@
 
 `Decoder` turns lists of source id sequences into outputs: it sorts them by length so
 a batch wastes little padding, runs one compiled search per batch, and puts the
-results back in input order. `translate` does the same from text with a problem's
+results back in input order. The batching is `BatchedDecoder`'s, which the
+CTranslate2 engine (decoding/ctranslate2_engine.py) shares. `translate` does the same from text with a problem's
 encode/decode functions (SentencePiece for text problems).
 """
 
@@ -70,7 +71,81 @@ class Hypothesis:
     score: float  # log-probability / GNMT length penalty (greedy search too)
 
 
-class Decoder:
+class BatchedDecoder:
+    """What every decoding engine shares: truncating long inputs, empty inputs,
+    batches of the longest sentences first, results in input order. An engine
+    implements `_decode_batch`."""
+
+    def __init__(self, hp, max_input_length, eos_id=EOS_ID):
+        """hp: decode_hparams(); max_input_length: used when hp.max_input_length is
+        0."""
+        self.hp = hp
+        self.max_input_length = hp.max_input_length or max_input_length
+        self.eos_id = eos_id
+        self.truncated = 0  # inputs cut to max_input_length so far
+
+    def _decode_batch(self, sources):
+        """EOS-terminated id lists, longest first -> per source a list of
+        Hypothesis (beam_size of them with return_beams, else one)."""
+        raise NotImplementedError
+
+    def _prepare(self, source_ids):
+        """Truncates to max_input_length (keeping the final EOS)."""
+        ids = list(source_ids)
+        if len(ids) > self.max_input_length:
+            self.truncated += 1
+            ids = ids[: self.max_input_length - 1] + [self.eos_id]
+        return ids
+
+    def decode_ids(self, sources, should_stop=lambda: False, progress=None):
+        """sources: id lists ending with EOS -> per source a list of Hypothesis, best
+        first (beam_size of them with return_beams, else one), in input order.
+
+        An empty source (no tokens before EOS) gets one empty hypothesis without
+        running the model, so line counts stay aligned. `should_stop` is polled
+        between batches (a pre-emption signal during evaluation); None if it did.
+        progress(done, total), if given, is called after each batch."""
+        sources = [self._prepare(s) for s in sources]
+        results = [None] * len(sources)
+        todo = [
+            i for i, s in enumerate(sources) if len(s) > 1 or s[:1] != [self.eos_id]
+        ]
+        keep = self.hp.beam_size if self.hp.return_beams else 1
+        for i in set(range(len(sources))) - set(todo):
+            results[i] = [Hypothesis([], 0.0)] * keep  # n-best files keep their columns
+        # Longest first: a batch that does not fit in memory fails at once.
+        todo.sort(key=lambda i: -len(sources[i]))
+        for start in range(0, len(todo), self.hp.batch_size):
+            if should_stop():
+                return None
+            chunk = todo[start : start + self.hp.batch_size]
+            decoded = self._decode_batch([sources[i] for i in chunk])
+            for i, hypotheses in zip(chunk, decoded):
+                results[i] = hypotheses
+            if progress:
+                progress(start + len(chunk), len(todo))
+        return results
+
+    def _strip(self, ids):
+        ids = list(ids)
+        if self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        return [i for i in ids if i != 0]
+
+    def translate(self, lines, encode, decode, should_stop=lambda: False):
+        """Text lines -> per line a list of (text, score), best first (None if
+        should_stop said so).
+
+        encode(text) -> ids ending with EOS; decode(ids) -> text. A line that is
+        empty (or only whitespace) translates to an empty line."""
+        sources = [encode(line) if line.strip() else [self.eos_id] for line in lines]
+        results = self.decode_ids(sources, should_stop)
+        if results is None:
+            return None
+        return [[(decode(h.ids), h.score) for h in hyps] for hyps in results]
+
+
+class Decoder(BatchedDecoder):
     """Greedy (beam_size 1) or beam search over a Transformer, batch by batch."""
 
     def __init__(
@@ -84,11 +159,8 @@ class Decoder:
                 f"vocabulary of {model.vocab_size} ids (at most "
                 f"{model.vocab_size // 2})."
             )
+        super().__init__(hp, max_input_length, eos_id)
         self.model = model
-        self.hp = hp
-        self.max_input_length = hp.max_input_length or max_input_length
-        self.eos_id = eos_id
-        self.truncated = 0  # inputs cut to max_input_length so far
         self._search = graph_function(
             self._search_batch,
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
@@ -156,67 +228,18 @@ class Decoder:
             stop_on_best_only=not hp.return_beams,
         )
 
-    # --- many sentences -----------------------------------------------------------
-
-    def _prepare(self, source_ids):
-        """Truncates to max_input_length (keeping the final EOS)."""
-        ids = list(source_ids)
-        if len(ids) > self.max_input_length:
-            self.truncated += 1
-            ids = ids[: self.max_input_length - 1] + [self.eos_id]
-        return ids
-
-    def decode_ids(self, sources, should_stop=lambda: False, progress=None):
-        """sources: id lists ending with EOS -> per source a list of Hypothesis, best
-        first (beam_size of them with return_beams, else one), in input order.
-
-        An empty source (no tokens before EOS) gets one empty hypothesis without
-        running the model, so line counts stay aligned. `should_stop` is polled
-        between batches (a pre-emption signal during evaluation); None if it did.
-        progress(done, total), if given, is called after each batch."""
-        sources = [self._prepare(s) for s in sources]
-        results = [None] * len(sources)
-        todo = [
-            i for i, s in enumerate(sources) if len(s) > 1 or s[:1] != [self.eos_id]
-        ]
+    def _decode_batch(self, sources):
+        width = max(len(s) for s in sources)
+        batch = np.zeros([len(sources), width], np.int32)
+        for row, source in enumerate(sources):
+            batch[row, : len(source)] = source
+        ids, scores = self._search(tf.constant(batch))
+        ids, scores = ids.numpy(), scores.numpy()
         keep = self.hp.beam_size if self.hp.return_beams else 1
-        for i in set(range(len(sources))) - set(todo):
-            results[i] = [Hypothesis([], 0.0)] * keep  # n-best files keep their columns
-        # Longest first: a batch that does not fit in memory fails at once.
-        todo.sort(key=lambda i: -len(sources[i]))
-        for start in range(0, len(todo), self.hp.batch_size):
-            if should_stop():
-                return None
-            chunk = todo[start : start + self.hp.batch_size]
-            width = max(len(sources[i]) for i in chunk)
-            batch = np.zeros([len(chunk), width], np.int32)
-            for row, i in enumerate(chunk):
-                batch[row, : len(sources[i])] = sources[i]
-            ids, scores = self._search(tf.constant(batch))
-            ids, scores = ids.numpy(), scores.numpy()
-            for row, i in enumerate(chunk):
-                results[i] = [
-                    Hypothesis(self._strip(ids[row, b]), float(scores[row, b]))
-                    for b in range(keep)
-                ]
-            if progress:
-                progress(start + len(chunk), len(todo))
-        return results
-
-    def _strip(self, ids):
-        ids = ids.tolist()
-        if self.eos_id in ids:
-            ids = ids[: ids.index(self.eos_id)]
-        return [i for i in ids if i != 0]
-
-    def translate(self, lines, encode, decode, should_stop=lambda: False):
-        """Text lines -> per line a list of (text, score), best first (None if
-        should_stop said so).
-
-        encode(text) -> ids ending with EOS; decode(ids) -> text. A line that is
-        empty (or only whitespace) translates to an empty line."""
-        sources = [encode(line) if line.strip() else [self.eos_id] for line in lines]
-        results = self.decode_ids(sources, should_stop)
-        if results is None:
-            return None
-        return [[(decode(h.ids), h.score) for h in hyps] for hyps in results]
+        return [
+            [
+                Hypothesis(self._strip(ids[row, b].tolist()), float(scores[row, b]))
+                for b in range(keep)
+            ]
+            for row in range(len(sources))
+        ]

@@ -151,7 +151,7 @@ def restore_model(model, checkpoint_path, run_dir):
         ) from None
 
 
-def load_for_decoding(
+def open_for_decoding(
     *,
     output_dir="",
     checkpoint_path="",
@@ -161,7 +161,9 @@ def load_for_decoding(
     hparams="",
     data_dir="",
 ):
-    """Returns (model, problem, hp, checkpoint path) ready to decode."""
+    """The run's (model class, problem, hp, run_dir, checkpoint_path) without
+    building the model: what an engine that does not run the checkpoint (a
+    CTranslate2 conversion of it) needs."""
     if not output_dir and not checkpoint_path:
         raise UserError("give output_dir (the run) or checkpoint_path.")
     if checkpoint_path and os.path.isdir(checkpoint_path):  # a run dir: its newest
@@ -186,6 +188,13 @@ def load_for_decoding(
             f"'{run_dir}' was trained with; give the run's data_dir."
         )
     model_class = registry.MODELS.get(model_name)
-    the_model = build_model(model_class, hp, the_problem.vocab_size)
+    return model_class, the_problem, hp, run_dir, checkpoint_path
+
+
+def load_for_decoding(**run):
+    """Returns (model, problem, hp, checkpoint path) ready to decode; `run` as
+    open_for_decoding's."""
+    model_class, problem, hp, run_dir, checkpoint_path = open_for_decoding(**run)
+    the_model = build_model(model_class, hp, problem.vocab_size)
     path = restore_model(the_model, checkpoint_path, run_dir)
-    return the_model, the_problem, hp, path
+    return the_model, problem, hp, path
