@@ -23,6 +23,12 @@ from t2t_lite import registrations  # noqa: F401  (registers problems and sets)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
 from benchlib import train_numbers_model
 
+# The suite's runs train on one host unless a test gives them a cluster: pytest run
+# inside a SLURM step of several tasks, or under a TF_CONFIG, must not join them up.
+for _name in [n for n in os.environ if n.startswith(("SLURM_", "SLURMD_"))]:
+    del os.environ[_name]
+os.environ.pop("TF_CONFIG", None)
+
 
 def pytest_configure(config):
     config.addinivalue_line(

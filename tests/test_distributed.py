@@ -92,17 +92,25 @@ def start_workers(output_dir, train_steps, log_dir):
     return launch_workers(args, log_dir)
 
 
-def launch_workers(args, log_dir, extra_env=({}, {})):
+def launch_workers(args, log_dir, extra_env=({}, {}), cluster_env=None):
     """Runs command `args` as the two workers of one cluster on 127.0.0.1 (each
-    with its TF_CONFIG and extra_env[i]), logging to log_dir/workerI.log."""
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+    with its TF_CONFIG, or cluster_env[i] instead, and extra_env[i]), logging to
+    log_dir/workerI.log."""
+    if cluster_env is None:
+        cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+        cluster_env = [
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": index}}
+                )
+            }
+            for index in range(2)
+        ]
     workers = []
     for index in range(2):
-        env = dict(os.environ, **extra_env[index])
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        )
-        log = open(os.path.join(log_dir, f"worker{index}.log"), "w")
+        env = {**os.environ, **extra_env[index], **cluster_env[index]}
+        # Open for the worker's lifetime, not a with-block's:
+        log = open(os.path.join(log_dir, f"worker{index}.log"), "w")  # noqa: SIM115
         workers.append(
             subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         )

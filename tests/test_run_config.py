@@ -5,8 +5,8 @@ import dataclasses
 import os
 
 import pytest
-from cli_helpers import _activate
 from absl import flags
+from cli_helpers import _activate
 
 from t2t_lite.training.run_config import (
     RunConfig,
@@ -87,6 +87,8 @@ def test_trainer_flags_are_the_run_config_fields():
         "hparams",
         "worker_gpu",
         "lost_worker_timeout",
+        "cluster",
+        "cluster_port",
         "registry_help",
     }
 

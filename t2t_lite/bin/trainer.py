@@ -15,7 +15,8 @@ from t2t_lite.errors import UserError
 from t2t_lite.fileio import write_atomically
 from t2t_lite.hparams_checks import validate
 from t2t_lite.runs.warm_start import resolve_checkpoint
-from t2t_lite.training.distribution import make_strategy
+from t2t_lite.training import slurm
+from t2t_lite.training.distribution import CLUSTER_SOURCES, make_strategy
 from t2t_lite.training.run_config import flag_specs
 from t2t_lite.training.trainer import RunConfig, RunConfigError, Trainer
 
@@ -32,8 +33,23 @@ flags.DEFINE_integer(
     "worker_gpu",
     1,
     "Replicas on this machine (MirroredStrategy over that many GPUs; without GPUs, "
-    "the CPU is split into that many logical devices). Multi-host training is set "
-    "by the TF_CONFIG environment variable (MultiWorkerMirroredStrategy).",
+    "the CPU is split into that many logical devices). Multi-host training: "
+    "--cluster.",
+)
+flags.DEFINE_enum(
+    "cluster",
+    "auto",
+    list(CLUSTER_SOURCES),
+    "Which hosts train together (MultiWorkerMirroredStrategy): tf_config (the "
+    "TF_CONFIG environment variable), slurm (the SLURM job step srun started this "
+    "task in: one worker per task), none (this host alone) or auto (TF_CONFIG if "
+    "set, else a SLURM step of more than one task, else this host alone).",
+)
+flags.DEFINE_integer(
+    "cluster_port",
+    slurm.DEFAULT_PORT,
+    "SLURM clusters: the port of a node's first task; its k-th task listens on "
+    "cluster_port + k (as TensorFlow's SlurmClusterResolver).",
 )
 flags.DEFINE_float(
     "lost_worker_timeout",
@@ -75,7 +91,10 @@ def main(argv):
         resolve_checkpoint(config.warm_start_from)  # a bad path fails before any write
     logging.set_verbosity(logging.INFO)
     strategy = make_strategy(
-        FLAGS.worker_gpu, lost_worker_timeout=FLAGS.lost_worker_timeout
+        FLAGS.worker_gpu,
+        lost_worker_timeout=FLAGS.lost_worker_timeout,
+        cluster_source=FLAGS.cluster,
+        cluster_port=FLAGS.cluster_port,
     )
     trainer = Trainer(config, hp, strategy=strategy)
     if trainer.chief:

@@ -1,16 +1,19 @@
 """Which devices and machines a run trains on: one tf.distribute strategy for all.
 
-- No TF_CONFIG, `worker_gpu` <= 1: the default strategy (one device).
-- No TF_CONFIG, `worker_gpu` = N > 1: MirroredStrategy over N local GPUs; on a machine
+- No cluster, `worker_gpu` <= 1: the default strategy (one device).
+- No cluster, `worker_gpu` = N > 1: MirroredStrategy over N local GPUs; on a machine
   without GPUs the CPU is split into N logical devices (for trying it out and tests).
-- TF_CONFIG naming more than one worker: MultiWorkerMirroredStrategy, TensorFlow's
+- A cluster of more than one worker: MultiWorkerMirroredStrategy, TensorFlow's
   collective all-reduce between hosts (and over each host's local GPUs), with the
   coordination service's heartbeat timeout set so that a lost worker ends the others
   (training/lost_worker.py words it).
 
-TF_CONFIG is checked here, at the boundary (read_tf_config): TensorFlow itself
-ignores some mistakes (a task index beyond a one-task cluster trains alone, into the
-shared output_dir) and answers others with a traceback.
+The cluster comes from TF_CONFIG or from the SLURM job step srun started this process
+in (training/slurm.py), as `cluster_source` says (resolve_cluster). Either way it is
+checked here, at the boundary (read_tf_config): TensorFlow itself ignores some
+mistakes (a task index beyond a one-task cluster trains alone, into the shared
+output_dir) and answers others with a traceback. A SLURM cluster is written to
+TF_CONFIG in this process, so that what follows is the TF_CONFIG path, unchanged.
 
 `configure_devices` must run before TensorFlow initializes its devices (before the
 first op): only then can the CPU still be split.
@@ -18,22 +21,40 @@ first op): only then can the CPU still be split.
 
 import json
 import os
+import socket
 
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
 from t2t_lite.graph import graph_function
+from t2t_lite.training import slurm
 
 _JOBS = ("chief", "worker")
+CLUSTER_SOURCES = ("auto", "tf_config", "slurm", "none")
 
 
 class Cluster:
     """TF_CONFIG, checked: the jobs ({"chief": [...], "worker": [...]}, only those
-    two: MultiWorkerMirroredStrategy's), this process's task type and index."""
+    two: MultiWorkerMirroredStrategy's), this process's task type and index, and
+    where they came from (for the start-up line)."""
 
     def __init__(self, jobs, task_type, task_index):
         self.jobs, self.task_type, self.task_index = jobs, task_type, task_index
+        self.origin = self._tf_config_origin()
+        self.tf_config = None  # the TF_CONFIG to set, when it was not the source
+
+    def _tf_config_origin(self):
+        addresses = [a for tasks in self.jobs.values() for a in tasks]
+        hosts = list(dict.fromkeys(a.rsplit(":", 1)[0] for a in addresses))
+        shown = ",".join(hosts[:4]) + (
+            f",... ({len(hosts)} hosts)" if hosts[4:] else ""
+        )
+        return f"TF_CONFIG, {len(addresses)} task(s) on {shown}"
+
+    @property
+    def address(self):
+        return self.jobs[self.task_type][self.task_index]
 
     @property
     def workers(self):
@@ -41,6 +62,12 @@ class Cluster:
 
     def describe_task(self):
         return f"{self.task_type} {self.task_index}"
+
+    def describe(self):
+        """The start-up line."""
+        return (
+            f"cluster: {self.origin}; this is {self.describe_task()} ({self.address})"
+        )
 
 
 def read_tf_config(raw=None):
@@ -112,6 +139,47 @@ def read_tf_config(raw=None):
     return Cluster(jobs, task_type, index)
 
 
+def resolve_cluster(source="auto", port_base=slurm.DEFAULT_PORT, environ=None):
+    """The checked Cluster this process belongs to, or None to train on this host.
+
+    source: "tf_config" (TF_CONFIG, which must be set), "slurm" (the SLURM step srun
+    started this task in), "none" (this host alone, whatever is set) or "auto":
+    TF_CONFIG when it is set (the explicit choice), else a SLURM step of more than
+    one task, else none. port_base: a SLURM node's first port (training/slurm.py)."""
+    environ = os.environ if environ is None else environ
+    if source not in CLUSTER_SOURCES:
+        raise UserError(
+            f"cluster must be one of {', '.join(CLUSTER_SOURCES)}, got {source!r}."
+        )
+    if source == "none":
+        return None
+    given = read_tf_config(environ.get("TF_CONFIG", ""))
+    if source == "tf_config" and given is None:
+        raise UserError(
+            "--cluster=tf_config but TF_CONFIG is not set (or empty); set it on "
+            "every worker, or choose --cluster=slurm or --cluster=none."
+        )
+    if source == "tf_config" or (source == "auto" and given is not None):
+        return given
+    if source == "auto" and not slurm.is_multi_task_step(environ):
+        return None
+    step = slurm.SlurmStep(environ, port_base)
+    raw = json.dumps(step.tf_config())
+    cluster = read_tf_config(raw)  # the checks a user's TF_CONFIG gets
+    cluster.origin, cluster.tf_config = step.describe(), raw
+    if given is not None and (given.jobs, given.describe_task()) != (
+        cluster.jobs,
+        cluster.describe_task(),
+    ):
+        raise UserError(
+            f"TF_CONFIG and --cluster=slurm disagree: TF_CONFIG makes this task "
+            f"{given.describe_task()} ({given.address}) of {given.workers}, SLURM "
+            f"{cluster.describe_task()} ({cluster.address}) of {cluster.workers}; "
+            "unset TF_CONFIG, or use --cluster=tf_config to follow it."
+        )
+    return cluster
+
+
 def cluster_workers():
     """Number of workers TF_CONFIG declares (0 without TF_CONFIG); a malformed
     TF_CONFIG is a UserError (read_tf_config)."""
@@ -151,22 +219,33 @@ def configure_devices(worker_gpu):
     return [f"/cpu:{i}" for i in range(worker_gpu)]
 
 
-def make_strategy(worker_gpu=1, cross_device_ops=None, lost_worker_timeout=30):
+def make_strategy(
+    worker_gpu=1,
+    cross_device_ops=None,
+    lost_worker_timeout=30,
+    cluster_source="auto",
+    cluster_port=slurm.DEFAULT_PORT,
+):
     """The strategy for this process (see the module docstring).
 
+    cluster_source, cluster_port: where the cluster comes from (resolve_cluster).
     lost_worker_timeout: seconds after which a worker that stopped answering (its
     process killed, its machine gone) counts as lost, through the coordination
     service's heartbeat; every other worker's next collective then fails instead
     of waiting for it forever. Collectives themselves get no timeout: the other
     workers wait at one while the chief evaluates, however long that takes.
     """
-    cluster = read_tf_config()
+    cluster = resolve_cluster(cluster_source, cluster_port)
     if cluster and cluster.workers > 1:
-        _configure_heartbeat(cluster, lost_worker_timeout)
+        logging.info("%s", cluster.describe())
+        if cluster.tf_config:
+            os.environ["TF_CONFIG"] = cluster.tf_config  # what the strategy reads
+        _configure_coordination(cluster, lost_worker_timeout)
         return tf.distribute.MultiWorkerMirroredStrategy()
     if cluster:
         logging.info(
-            "TF_CONFIG names one task (%s): training on this host alone.",
+            "%s names one task (%s): training on this host alone.",
+            cluster.origin.split(",")[0],
             cluster.describe_task(),
         )
     devices = configure_devices(worker_gpu)
@@ -177,10 +256,35 @@ def make_strategy(worker_gpu=1, cross_device_ops=None, lost_worker_timeout=30):
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops)
 
 
-def _configure_heartbeat(cluster, timeout):
+def check_port_free(cluster):
+    """This task's port can be listened on here. TensorFlow's server binds it on
+    every interface; when it is taken (another job's worker on a shared node),
+    MultiWorkerMirroredStrategy() fails with "UnknownError: Could not start gRPC
+    server", a traceback that names no port."""
+    port = cluster.address.rsplit(":", 1)[-1]
+    if not port.isdigit():
+        return  # not a port: TensorFlow names the address
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT: free
+        try:
+            probe.bind(("", int(port)))
+        except OSError as e:
+            hint = (
+                "choose another first port with --cluster_port"
+                if cluster.origin.startswith("SLURM")
+                else "give this task another port in TF_CONFIG"
+            )
+            raise UserError(
+                f"port {port} of this task ({cluster.describe_task()}, "
+                f"{cluster.address}) cannot be used on this host ({e.strerror}): "
+                f"another process holds it; {hint}."
+            ) from None
+
+
+def _configure_coordination(cluster, timeout):
     """The coordination service MultiWorkerMirroredStrategy would configure (the
     same leader and jobs), with the heartbeat timeout set: configured first, it is
-    the one the strategy uses."""
+    the one the strategy uses. This task's port is checked first."""
     if timeout <= 0:
         raise UserError(f"lost_worker_timeout must be > 0 seconds, got {timeout}.")
     from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
@@ -189,6 +293,7 @@ def _configure_heartbeat(cluster, timeout):
 
     if context.context().coordination_service is not None:
         return  # already configured in this process (a second run in-process)
+    check_port_free(cluster)
     spec = tf.train.ClusterSpec(cluster.jobs)
     context.context().configure_coordination_service(
         service_type="standalone",
