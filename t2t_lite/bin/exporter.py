@@ -120,13 +120,7 @@ def _check_format_flags():
                     "takes its decoding options per call (t2t-decoder "
                     "--engine=ctranslate2 --decode_hparams=...)."
                 )
-        if FLAGS.quantization:  # before loading anything
-            ctranslate2_export._ctranslate2()
-            if FLAGS.quantization not in ctranslate2_export.quantization_types():
-                raise UserError(
-                    f"--quantization {FLAGS.quantization!r}: CTranslate2 knows "
-                    f"{', '.join(ctranslate2_export.quantization_types())}."
-                )
+        ctranslate2_export.check_quantization(FLAGS.quantization)  # before loading
 
 
 def _export_ctranslate2(model, problem, hp, path):

@@ -29,13 +29,17 @@ differently. How each maps:
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 
 from t2t_lite.constants import EOS_ID, PAD_ID
 from t2t_lite.data.vocab import UNK_ID, SubwordVocab
-from t2t_lite.errors import UserError, first_line
+from t2t_lite.decoding.export import (
+    check_export_dir,
+    default_export_dir,
+    staged_directory,
+)
+from t2t_lite.errors import UserError
 from t2t_lite.models.transformer import Transformer, get_timing_signal_1d
 
 INFO_FILE = "t2t_ctranslate2.json"
@@ -70,9 +74,19 @@ def _ctranslate2():
 
 def quantization_types():
     """The weight types CTranslate2 accepts, as its converters name them."""
+    _ctranslate2()  # one line if it is not installed
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
     return ACCEPTED_MODEL_TYPES
+
+
+def check_quantization(quantization):
+    """A UserError unless quantization is empty or a type CTranslate2 knows."""
+    if quantization and quantization not in quantization_types():
+        raise UserError(
+            f"--quantization {quantization!r}: CTranslate2 knows "
+            f"{', '.join(quantization_types())}."
+        )
 
 
 def architecture(model):
@@ -221,11 +235,7 @@ def convert(model, problem, export_dir, info, quantization=None, overwrite=False
     conversion leaves nothing behind. Returns the info written."""
     ctranslate2 = _ctranslate2()
     source, target = check_convertible(model, problem)
-    if quantization and quantization not in quantization_types():
-        raise UserError(
-            f"--quantization {quantization!r}: CTranslate2 knows "
-            f"{', '.join(quantization_types())}."
-        )
+    check_quantization(quantization)
     max_positions = info["max_input_length"] + EXTRA_POSITIONS
     spec = transformer_spec(model, _pieces(source), _pieces(target), max_positions)
 
@@ -233,12 +243,6 @@ def convert(model, problem, export_dir, info, quantization=None, overwrite=False
         def _load(self):
             return spec
 
-    parent = os.path.dirname(os.path.abspath(export_dir))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".ct2-", dir=parent)
-    except OSError as e:
-        raise UserError(f"--export_dir '{export_dir}': {e.strerror}.") from None
     info = {
         **info,
         "format": "ctranslate2",
@@ -248,29 +252,19 @@ def convert(model, problem, export_dir, info, quantization=None, overwrite=False
         "source_vocab": os.path.basename(source.path),
         "target_vocab": os.path.basename(target.path),
     }
-    try:
+    check_export_dir(export_dir, overwrite)
+    with staged_directory(export_dir, (OSError, RuntimeError, ValueError)) as staging:
         _Converter().convert(staging, quantization=quantization, force=True)
         for path in sorted({source.path, target.path}):  # shared: once
             shutil.copy(path, staging)
         with open(os.path.join(staging, INFO_FILE), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
-        if os.path.isdir(export_dir):  # empty, or overwrite
-            shutil.rmtree(export_dir)
-        os.replace(staging, export_dir)
-    except (OSError, RuntimeError, ValueError) as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"cannot write '{export_dir}': {first_line(e)}") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return info
 
 
 def default_dir(run_dir, checkpoint_path):
     """RUN/export_ctranslate2/N for checkpoint RUN/model-N: beside RUN/export/, not
     in it, which TF Serving reads as numbered SavedModel versions."""
-    from t2t_lite.decoding.export import default_export_dir
-
     numbered = default_export_dir(run_dir, checkpoint_path)
     return os.path.join(run_dir, "export_ctranslate2", os.path.basename(numbered))
 

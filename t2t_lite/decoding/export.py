@@ -33,6 +33,7 @@ export options, baked in; the beam size shapes the search's tensors, alpha does 
   `serving_default` too.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -253,12 +254,12 @@ def check_export_dir(export_dir, overwrite, flag="export_dir", overwrite_flag=No
         )
 
 
-def save_export(translator, export_dir, info, vocabs=None, overwrite=False):
-    """Writes the SavedModel to export_dir via a temporary directory next to it (an
-    interrupted export leaves no half-written one), with info (a JSON-able dict)
-    and the SentencePiece model files in its assets.extra/. Returns the signatures'
-    {name: ([input TensorSpec], {output name: TensorSpec})}."""
-    check_export_dir(export_dir, overwrite)
+@contextlib.contextmanager
+def staged_directory(export_dir, errors=(OSError,)):
+    """Yields a temporary directory next to export_dir to write into; when the block
+    ends, it replaces export_dir (already checked: empty, or to be overwritten), so
+    an interrupted or failed export leaves no half-written directory. `errors`
+    raised inside become one-line UserErrors; anything else propagates."""
     parent = os.path.dirname(os.path.abspath(export_dir))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -266,6 +267,27 @@ def save_export(translator, export_dir, info, vocabs=None, overwrite=False):
     except OSError as e:
         raise UserError(f"export_dir '{export_dir}': {e.strerror}.") from None
     try:
+        yield staging
+        if os.path.isdir(export_dir):  # empty, or overwrite
+            shutil.rmtree(export_dir)
+        os.replace(staging, export_dir)
+    except errors as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(
+            f"cannot write export_dir '{export_dir}': {first_line(e)}"
+        ) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def save_export(translator, export_dir, info, vocabs=None, overwrite=False):
+    """Writes the SavedModel to export_dir via a temporary directory next to it (an
+    interrupted export leaves no half-written one), with info (a JSON-able dict)
+    and the SentencePiece model files in its assets.extra/. Returns the signatures'
+    {name: ([input TensorSpec], {output name: TensorSpec})}."""
+    check_export_dir(export_dir, overwrite)
+    with staged_directory(export_dir, (OSError, tf.errors.OpError)) as staging:
         signatures = translator.signatures()
         tf.saved_model.save(translator, staging, signatures=signatures)
         extra = os.path.join(staging, "assets.extra")
@@ -274,15 +296,6 @@ def save_export(translator, export_dir, info, vocabs=None, overwrite=False):
             shutil.copy(path, extra)
         with open(os.path.join(extra, EXPORT_INFO_FILE), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
-        if os.path.isdir(export_dir):  # empty, or overwrite
-            shutil.rmtree(export_dir)
-        os.replace(staging, export_dir)
-    except (OSError, tf.errors.OpError) as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"cannot write export_dir '{export_dir}': {first_line(e)}")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {
         name: (
             [spec for spec in tf.nest.flatten(fn.structured_input_signature) if spec],
