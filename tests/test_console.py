@@ -19,7 +19,7 @@ from cli_helpers import finish_cli, start_cli, tiny_trainer_flags
 from t2t_lite.models.losses import token_loss
 from t2t_lite.runs.checkpoints import CheckpointKeeper
 from t2t_lite.training.build import build_run
-from t2t_lite.training.progress import ThroughputMeter
+from t2t_lite.training.progress import ThroughputMeter, format_seconds
 from t2t_lite.training.run_info import grad_norm_text
 from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
@@ -84,6 +84,14 @@ def test_no_clip_counts_nothing_and_the_log_text_says_so():
     )
     assert grad_norm_text(1.23456, 0, clip_grad_norm=0.0) == ", grad norm 1.23"
     assert grad_norm_text(None, 0, clip_grad_norm=1.0) == ""
+
+
+def test_eta_reads_as_hours_and_says_when_train_steps_is_out_of_reach():
+    assert format_seconds(3725.9) == "1:02:05"
+    assert format_seconds(30 * 86400) == "720:00:00"
+    # A run stopped by a clock sets train_steps out of reach: no nine-digit hours.
+    assert format_seconds(1e15) == "over 365 days"
+    assert format_seconds(math.inf) == "?"
 
 
 def test_meter_reports_the_mean_finite_grad_norm_since_the_last_line():

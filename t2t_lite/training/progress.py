@@ -59,9 +59,16 @@ def _finite_mean(values):
     return sum(finite) / len(finite) if finite else None
 
 
+# Beyond this an ETA says only that train_steps is out of reach (a run stopped by
+# other means, e.g. a clock), so the line says that instead of a nine-digit hour count.
+ETA_HORIZON_DAYS = 365
+
+
 def format_seconds(seconds):
     if not math.isfinite(seconds):
         return "?"
+    if seconds > ETA_HORIZON_DAYS * 86400:
+        return f"over {ETA_HORIZON_DAYS} days"
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}"
