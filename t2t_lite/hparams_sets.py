@@ -60,8 +60,9 @@ def transformer_base():
     # replicas)) (leave optimizer_multistep_accumulate_steps at 1):
     d("effective_batch_size", 0)
     # Tokens per update as a function of the update step, instead of a fixed n:
-    # linear:START,END,UPDATES, steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY],
-    # fixed:TOKENS or a registered kind; "": off (optim/batch_plan.py, docs/batch.md):
+    # linear:START,END,UPDATES, steps:0=T0,U1=T1,...,
+    # adaptive:MIN,MAX[,EVERY[,FRACTION]], fixed:TOKENS or a registered kind; "": off
+    # (optim/batch_plan.py, docs/batch.md):
     d("batch_size_schedule", "")
     # Measure the gradient noise scale (critical batch size, in tokens) whenever a
     # window holds two or more micro-batches (training/noise_scale.py):

@@ -92,6 +92,10 @@ def test_a_fixed_n_and_effective_batch_size_are_the_constant_plan():
         ("8192", ["expected KIND:ARGS", "linear:START,END,UPDATES"]),
         ("adaptive:400,200", ["MIN 400 is larger than MAX 200"]),
         ("adaptive:100,200,0", ["EVERY must be >= 1"]),
+        ("adaptive:100,200,5,0", ["FRACTION must be a positive number, got 0"]),
+        ("adaptive:100,200,5,nan", ["FRACTION must be a positive number"]),
+        ("adaptive:100,200,5,half", ["adaptive takes MIN,MAX[,EVERY[,FRACTION]]"]),
+        ("adaptive:100,200,5,0.5,1", ["adaptive takes MIN,MAX[,EVERY[,FRACTION]]"]),
         ("linear:50,400,10", ["50 tokens per update", "less than one micro-batch"]),
         ("steps:0=100,3=20", ["20 tokens per update"]),
     ],
@@ -394,6 +398,18 @@ def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(
         )
         < 1
     )
+
+
+def test_an_adaptive_fraction_aims_below_the_noise_scale():
+    half = parse_batch_size_schedule("adaptive:200,3200,10,0.5", batch_size=100)
+    full = parse_batch_size_schedule("adaptive:200,3200,10", batch_size=100)
+    half.create_state(), full.create_state()
+    assert half.decide(10, 600.0) == (200, 300)  # 0.5 × 600
+    assert full.decide(10, 600.0) == (200, 400)  # 600, at most twice the target
+    assert half.size(10) == 3 and full.size(10) == 4
+    assert half.decide(20, 500.0) == (300, 300)  # 250 would shrink it: it stays
+    assert "toward 0.5 × the noise scale" in half.describe()
+    assert "toward the noise scale" in full.describe()
 
 
 def test_an_adaptive_minimum_must_allow_two_micro_batches():

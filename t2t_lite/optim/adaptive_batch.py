@@ -1,13 +1,19 @@
-"""batch_size_schedule=adaptive:MIN,MAX[,EVERY] (or `adaptive`: from two micro-batches
-to 64): tokens per update that follow the measured gradient noise scale
+"""batch_size_schedule=adaptive:MIN,MAX[,EVERY[,FRACTION]] (or `adaptive`: from two
+micro-batches to 64): tokens per update that follow the measured gradient noise scale
 (training/noise_scale.py, docs/design.md §2.8).
 
 The run starts at MIN tokens per update. Every EVERY updates (default 100) it decides
-once: the new target is the noise scale B_simple, but never below the current target
-(the batch never shrinks), at most twice it (one decision cannot jump far on a noisy
-estimate) and never above MAX. The target and the update of the last decision are
-variables in the checkpoint, so a resumed run continues with the same target and makes
-the decisions an uninterrupted run would.
+once: the new target is FRACTION (default 1) times the noise scale B_simple, but never
+below the current target (the batch never shrinks), at most twice it (one decision
+cannot jump far on a noisy estimate) and never above MAX. The target and the update of
+the last decision are variables in the checkpoint, so a resumed run continues with the
+same target and makes the decisions an uninterrupted run would.
+
+Why a fraction: at B = B_simple an update needs about twice the tokens a very small
+batch would for the same progress, and half the updates a very large one would
+(McCandlish et al. 2018): the balance for hardware on which updates cost the time.
+When the batch comes from accumulation on fixed hardware, tokens cost the time
+instead, and a target below the noise scale spends fewer of them per unit of progress.
 """
 
 import math
@@ -31,12 +37,20 @@ class AdaptiveWindows(BatchPlan):
     needs_noise_scale = True
 
     def __init__(
-        self, text, minimum, maximum, every, micro_batch_tokens, relative=False
+        self,
+        text,
+        minimum,
+        maximum,
+        every,
+        micro_batch_tokens,
+        relative=False,
+        fraction=1.0,
     ):
         """relative: MIN and MAX were given in micro-batches (`adaptive` alone), so
-        they follow the micro-batch (batch_size=0 resolves it after parsing)."""
+        they follow the micro-batch (batch_size=0 resolves it after parsing).
+        fraction: the target is this times the noise scale."""
         super().__init__(text, micro_batch_tokens)
-        self.every = every
+        self.every, self.fraction = every, fraction
         self.minimum, self.maximum = minimum, maximum
         self.relative = relative
 
@@ -120,23 +134,26 @@ class AdaptiveWindows(BatchPlan):
         old = self.target
         new = old
         if noise_scale is not None and math.isfinite(noise_scale):
-            new = int(min(self.maximum, max(old, min(2 * old, noise_scale))))
+            wanted = self.fraction * noise_scale
+            new = int(min(self.maximum, max(old, min(2 * old, wanted))))
         self.state.target.assign(new)
         self.state.decided_at.assign(update)
         return old, new
 
     def describe(self):
+        toward = "the noise scale"
+        if self.fraction != 1:
+            toward = f"{self.fraction:g} × the noise scale"
         return (
             f"batch_size_schedule {self.text} (from {self.minimum} tokens per update, "
-            f"toward the noise scale every {self.every} updates, at most "
-            f"{self.maximum})"
+            f"toward {toward} every {self.every} updates, at most {self.maximum})"
         )
 
 
 @register_batch_plan("adaptive")
 def _adaptive(body, text, micro_batch_tokens):
-    """`MIN,MAX[,EVERY]`, or nothing: from two micro-batches to 64. MIN must hold
-    two micro-batches, for the noise scale it follows to be measured."""
+    """`MIN,MAX[,EVERY[,FRACTION]]`, or nothing: from two micro-batches to 64. MIN
+    must hold two micro-batches, for the noise scale it follows to be measured."""
     if not body:
         return AdaptiveWindows(
             text,
@@ -146,17 +163,18 @@ def _adaptive(body, text, micro_batch_tokens):
             micro_batch_tokens,
             relative=True,
         )
+    values = body.split(",")
     try:
-        values = [int(v) for v in body.split(",")]
+        minimum, maximum, every = (int(v) for v in (values + [DEFAULT_EVERY])[:3])
+        fraction = float(values[3]) if len(values) == 4 else 1.0
     except ValueError:
         values = []
-    if len(values) not in (2, 3):
+    if len(values) not in (2, 3, 4):
         raise BatchPlanError(
-            f"batch_size_schedule '{text}': adaptive takes MIN,MAX[,EVERY] (tokens, "
-            "tokens, updates), e.g. adaptive:8192,262144,100."
+            f"batch_size_schedule '{text}': adaptive takes MIN,MAX[,EVERY[,FRACTION]] "
+            "(tokens, tokens, updates, a factor of the noise scale), e.g. "
+            "adaptive:8192,262144,100 or adaptive:8192,262144,100,0.5."
         )
-    minimum, maximum = values[:2]
-    every = values[2] if len(values) == 3 else DEFAULT_EVERY
     if minimum > maximum:
         raise BatchPlanError(
             f"batch_size_schedule '{text}': MIN {minimum} is larger than MAX {maximum}."
@@ -165,7 +183,14 @@ def _adaptive(body, text, micro_batch_tokens):
         raise BatchPlanError(
             f"batch_size_schedule '{text}': EVERY must be >= 1 update, got {every}."
         )
-    return AdaptiveWindows(text, minimum, maximum, every, micro_batch_tokens)
+    if not 0 < fraction < math.inf:
+        raise BatchPlanError(
+            f"batch_size_schedule '{text}': FRACTION must be a positive number, got "
+            f"{values[3]}."
+        )
+    return AdaptiveWindows(
+        text, minimum, maximum, every, micro_batch_tokens, fraction=fraction
+    )
 
 
 def _int_variable(value, name):

@@ -197,7 +197,7 @@ def parse_batch_size_schedule(text, batch_size, replicas=1):
             f"batch_size_schedule '{text}': {unknown}expected KIND:ARGS with KIND "
             "one of "
             f"{', '.join(BATCH_PLANS.names())} (e.g. linear:START,END,UPDATES, "
-            "steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY], fixed:TOKENS)."
+            "steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY[,FRACTION]], fixed:TOKENS)."
         )
     plan = BATCH_PLANS.get(kind)(body, text, micro)
     plan.check_batch_size(batch_size, replicas)
