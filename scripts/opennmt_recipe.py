@@ -13,8 +13,9 @@ config adds only data paths, model_dir, a max_step out of reach, a log line and 
 checkpoint every update.
 
 The clock is t2t_lite's (recipelib.ClockMarks): training time runs from the first
-update's log line (start-up and that update's tracing excluded), checkpoint writes off
-it (each "Saved checkpoint" line's time after its update's line). At each of --marks
+update's log line (start-up excluded; that update, which traces, counts as long as
+the second), checkpoint writes off it (each "Saved checkpoint" line's time after its
+update's line). At each of --marks
 evenly spaced marks up to --minutes the newest checkpoint saved at or before it is
 kept (the others are deleted as training goes); past the last mark onmt-main is
 stopped (SIGINT, SIGTERM, SIGKILL). Tokens trained on: the log's target tokens/s
@@ -185,7 +186,8 @@ def write_run_files(args, paths, run_dir):
 
 class Clock:
     """Training time read from onmt-main's log lines as they come: from the first
-    update's line, checkpoint writes off the clock. `updates` holds per update
+    update's line (that update counted as long as the second), checkpoint writes
+    off the clock. `updates` holds per update
     {updates, train_seconds, wall_seconds, cpu_seconds, tokens, learning_rate,
     checkpoint}. A checkpoint no mark needs (a newer one was saved before the next
     mark) goes to `discard` as soon as the newer one is saved."""
@@ -207,6 +209,10 @@ class Clock:
     def _update(self, now, step, rate, line, cpu):
         if self.first is None:
             self.first, self.cpu0 = now, cpu
+        elif step - 1 == min(self.updates):  # the first (traced) as long as the second
+            self.first -= now - self.reset
+            first = self.updates[step - 1]
+            first["train_seconds"] = round((now - self.reset).total_seconds(), 2)
         since = (now - self.first).total_seconds()
         self.updates[step] = {
             "updates": step,
@@ -265,6 +271,10 @@ def mark_records(clock, facts):
     records, checkpoints = [], []
     for mark in clock.marks:
         saved = [u for u in updates if u["checkpoint"] and u["train_seconds"] <= mark]
+        if not saved:
+            raise RuntimeError(
+                f"no checkpoint by the mark at {mark} s: marks too dense"
+            )
         end = saved[-1]
         keys = ("train_seconds", "wall_seconds", "cpu_seconds", "updates")
         tokens = [u["tokens"] for u in updates if u["updates"] <= end["updates"]]
