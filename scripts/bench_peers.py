@@ -76,7 +76,6 @@ The last line printed is a JSON summary (tests/test_bench_peers.py reads it).
 """
 
 import argparse
-import datetime
 import inspect
 import json
 import os
@@ -88,6 +87,16 @@ import tempfile
 import time
 
 import numpy as np
+from opennmt_driver import (  # scripts/opennmt_driver.py: shared with opennmt_recipe
+    DEFAULT_VENV,
+    OPENNMT_MODEL,
+    STEP_LINE,
+    log_time,
+    opennmt_env,
+    opennmt_main,
+    setup_opennmt,
+    yaml_text,
+)
 
 ALL_CONFIGS = (
     "t2t_f32",
@@ -99,10 +108,6 @@ ALL_CONFIGS = (
 )
 PEERS = ("keras_f32", "keras_bf16", "opennmt_f32")
 DTYPES = {name: ("bfloat16" if "bf16" in name else "float32") for name in ALL_CONFIGS}
-OPENNMT_PACKAGES = ("opennmt-tf==2.32.0", "tensorflow-cpu==2.12.1")
-DEFAULT_VENV = os.path.join(
-    os.path.expanduser("~"), ".cache", "t2t_lite", "opennmt-venv"
-)
 MARK = "@@bench_peers "  # prefixes a worker's protocol lines on its stdout
 SMOKE = {  # --smoke: a tiny model, one round of one update (two micro-batches)
     "hidden_size": 32,
@@ -684,39 +689,6 @@ def start_workers(names, spec_path, work_dir, results):
 # --- OpenNMT-tf ----------------------------------------------------------------------
 
 
-def opennmt_main(venv):
-    return os.path.join(venv, "bin", "onmt-main")
-
-
-def setup_opennmt(venv):
-    """Creates `venv` with OpenNMT-tf 2.32 and TensorFlow 2.12 (needs the network)."""
-    if not os.path.exists(os.path.join(venv, "bin", "python")):
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    subprocess.run(
-        [
-            os.path.join(venv, "bin", "python"),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            *OPENNMT_PACKAGES,
-        ],
-        check=True,
-    )
-    print(f"OpenNMT-tf ready in {venv}: {' '.join(OPENNMT_PACKAGES)}")
-
-
-OPENNMT_MODEL = """import opennmt
-
-def model():
-    return opennmt.models.Transformer(
-        num_layers={num_layers}, num_units={hidden_size}, num_heads={num_heads},
-        ffn_inner_dim={filter_size}, dropout={dropout}, attention_dropout={dropout},
-        ffn_dropout={dropout},
-        share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL)
-"""
-
-
 def opennmt_config(spec, paths, model_dir, max_step):
     """onmt-main's YAML config (written as JSON, which YAML reads)."""
     return {
@@ -751,20 +723,6 @@ def opennmt_config(spec, paths, model_dir, max_step):
     }
 
 
-def yaml_text(config):
-    """`config` as YAML: JSON is YAML, except that YAML 1.1 (PyYAML) reads 1e-09 as a
-    string, so exponents get a mantissa with a dot (1.0e-09)."""
-    return re.sub(
-        r"(?<=: )(\d+)e([-+]?\d+)(?=,?\n)", r"\1.0e\2", json.dumps(config, indent=1)
-    )
-
-
-STEP_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})\d*: I .*Step = (\d+) ;"
-    r".*tokens/s = \d+ \(.*?(\d+) target\)"
-)
-
-
 def parse_opennmt_log(text, warmup):
     """{"tokens", "seconds", "params"} of the updates after `warmup`, from onmt-main's
     per-update lines ("Step = k ; ... tokens/s = ... (S source, T target)"): T is the
@@ -774,7 +732,7 @@ def parse_opennmt_log(text, warmup):
     for line in text.splitlines():
         match = STEP_LINE.search(line)
         if match:
-            stamp = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S.%f")
+            stamp = log_time(match[1])
             times[int(match[2])], rates[int(match[2])] = stamp, int(match[3])
     timed = [k for k in sorted(times) if k > warmup and k - 1 in times]
     if not timed:
@@ -801,7 +759,6 @@ def run_opennmt(spec, paths, args, round_index):
     config = opennmt_config(spec, paths, os.path.join(run_dir, "model"), max_step)
     with open(config_path, "w") as f:
         f.write(yaml_text(config))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [
             opennmt_main(args.venv),
@@ -815,7 +772,7 @@ def run_opennmt(spec, paths, args, round_index):
         ],
         capture_output=True,
         text=True,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "1"},
+        env=opennmt_env(),
         check=False,
     )
     with open(os.path.join(run_dir, "onmt-main.log"), "w") as f:
