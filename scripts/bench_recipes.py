@@ -100,6 +100,9 @@ RECIPES = {
     # The recommended set's recipe: what transformer_base_auto changes over
     # transformer_base (set_recipe keeps the two in step).
     "auto": "{auto}",
+    # bfloat16 activations whatever --dtype says (a CPU with avx512_bf16 or AMX).
+    "fixed4_bf16": "optimizer_multistep_accumulate_steps=4,activation_dtype=bfloat16",
+    "auto_bf16": "{auto},activation_dtype=bfloat16",
     # fixed8 with fixed4's rate scaled by sqrt(2): the rate tuned for 4 micro-batches.
     "fixed8_sqrt": (
         "optimizer_multistep_accumulate_steps=8,"
