@@ -163,18 +163,20 @@ def _adaptive(body, text, micro_batch_tokens):
             micro_batch_tokens,
             relative=True,
         )
+    usage = BatchPlanError(
+        f"batch_size_schedule '{text}': adaptive takes MIN,MAX[,EVERY[,FRACTION]] "
+        "(tokens, tokens, updates, a factor of the noise scale), e.g. "
+        "adaptive:8192,262144,100 or adaptive:8192,262144,100,0.5."
+    )
     values = body.split(",")
-    try:
-        minimum, maximum, every = (int(v) for v in (values + [DEFAULT_EVERY])[:3])
-        fraction = float(values[3]) if len(values) == 4 else 1.0
-    except ValueError:
-        values = []
     if len(values) not in (2, 3, 4):
-        raise BatchPlanError(
-            f"batch_size_schedule '{text}': adaptive takes MIN,MAX[,EVERY[,FRACTION]] "
-            "(tokens, tokens, updates, a factor of the noise scale), e.g. "
-            "adaptive:8192,262144,100 or adaptive:8192,262144,100,0.5."
-        )
+        raise usage
+    try:
+        minimum, maximum = int(values[0]), int(values[1])
+        every = int(values[2]) if len(values) > 2 else DEFAULT_EVERY
+        fraction = float(values[3]) if len(values) > 3 else 1.0
+    except ValueError:
+        raise usage from None
     if minimum > maximum:
         raise BatchPlanError(
             f"batch_size_schedule '{text}': MIN {minimum} is larger than MAX {maximum}."
