@@ -49,12 +49,19 @@ tables (also in WORK_DIR/report.md), the figure (--plot_file) and, last, a JSON 
 
 Defaults: 3+3 pre-norm layers of 256 (filter 1024, 4 heads, dropout 0.1; the model of
 bench_peers.py) over transformer_tiny, micro-batches of 2048 tokens, the set's Noam
-schedule (constant 2, rsqrt of the width) with 100 warmup updates. On one core of an
-AMD EPYC (Zen 4) to itself it trains ~1.3 micro-batches (~1,900 target tokens of the
-numbers problem) a second, so 25 minutes are ~2,000 micro-batches: ~500 updates for
-fixed4 and ~250 for fixed8, enough to leave warmup far behind; a longer warmup would
-leave the large-batch recipes mostly inside it. For much shorter budgets lower
---warmup_steps.
+schedule (rsqrt of the width) with 100 warmup updates and transformer_base's peak
+rate. Noam's peak is constant x width^-0.5 x warmup^-0.5, so shortening
+transformer_base's 8000 warmup updates to 100 at its constant of 2 would multiply the
+peak by sqrt(80), ~9x, far above the rates Transformers are trained at: there Adam's
+steps bounce, the measured noise scale reads 3-6x higher, and large batches beat small
+ones, an order that reverses at transformer_base's peak (docs/benchmarks.md, "Recipes
+at equal time"). --learning_rate_constant therefore defaults to 2 x sqrt(warmup /
+8000), which keeps that peak (0.0014 at width 256); 2 gives the short-warmup peak.
+On one core of an AMD EPYC (Zen 4) to itself it trains ~1.3 micro-batches (~1,900
+target tokens of the numbers problem) a second, so 25 minutes are ~2,000
+micro-batches: ~500 updates for fixed4 and ~250 for fixed8, enough to leave warmup far
+behind; a longer warmup would leave the large-batch recipes mostly inside it. For much
+shorter budgets lower --warmup_steps.
 
 Run (from the repository root):
 
@@ -71,6 +78,7 @@ minutes); the number of groups is printed at the start.
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -80,6 +88,7 @@ import recipelib
 
 from t2t_lite.errors import first_line
 
+T2T_CONSTANT, T2T_WARMUP = 2.0, 8000  # transformer_base's Noam schedule
 FIGURE = os.path.join(os.path.dirname(__file__), "figures", "bench_recipes.png")
 RAMP = "batch_size_schedule=linear:{b},{b4},200"
 ADAPTIVE = "batch_size_schedule=adaptive:{b2},{b16},50"
@@ -147,6 +156,12 @@ def parse_args(argv):
     model.add_argument("--dropout", type=float, default=0.1)
     model.add_argument("--batch_size", type=int, default=2048, help="micro-batch")
     model.add_argument("--warmup_steps", type=int, default=100, help="in updates")
+    model.add_argument(
+        "--learning_rate_constant",
+        type=float,
+        default=None,
+        help="default: 2 x sqrt(warmup_steps / 8000), transformer_base's peak rate",
+    )
     model.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     model.add_argument("--hparams", default="", help="more common overrides")
     runs = p.add_argument_group("recipes and runs")
@@ -195,6 +210,8 @@ def check_args(args):
     """One line for each mistake the runs would only find later."""
     if args.minutes <= 0 or args.marks < 1 or args.repeats < 1:
         fail("--minutes must be > 0, --marks and --repeats >= 1.")
+    if not learning_rate_constant(args) > 0:
+        fail("--learning_rate_constant and --warmup_steps must be > 0.")
     texts = [args.train_source, args.train_target, args.dev_source, args.dev_target]
     if any(texts) and not (args.train_source and args.train_target):
         fail("parallel text needs both --train_source and --train_target.")
@@ -215,6 +232,14 @@ def check_args(args):
     return [int(c) for c in cores]
 
 
+def learning_rate_constant(args):
+    """Noam's constant: the one given, else the one that keeps transformer_base's
+    peak rate (constant 2 at 8000 warmup updates) at --warmup_steps."""
+    if args.learning_rate_constant is not None:
+        return args.learning_rate_constant
+    return T2T_CONSTANT * math.sqrt(max(args.warmup_steps, 0) / T2T_WARMUP)
+
+
 def common_hparams(args):
     values = (
         f"hidden_size={args.hidden_size},filter_size={args.filter_size},"
@@ -222,6 +247,7 @@ def common_hparams(args):
         f"layer_prepostprocess_dropout={args.dropout},attention_dropout={args.dropout},"
         f"relu_dropout={args.dropout},batch_size={args.batch_size},"
         f"learning_rate_warmup_steps={args.warmup_steps},"
+        f"learning_rate_constant={learning_rate_constant(args):.6g},"
         f"activation_dtype={args.dtype}"
     )
     return ",".join(filter(None, [values, args.hparams]))

@@ -127,6 +127,39 @@ def test_jobs_fill_the_last_group_with_a_seed_of_the_reference():
     ]
 
 
+def test_the_noam_constant_keeps_transformer_base_peak_rate_unless_given():
+    def peak(constant, warmup, hidden):  # Noam at its peak, update = warmup
+        return constant * hidden**-0.5 * warmup**-0.5
+
+    for warmup in (40, 100, 8000):
+        args = bench_recipes.parse_args([f"--warmup_steps={warmup}"])
+        constant = bench_recipes.learning_rate_constant(args)
+        assert peak(constant, warmup, 256) == pytest.approx(peak(2.0, 8000, 256))
+        hparams = bench_recipes.common_hparams(args)
+        assert f"learning_rate_constant={constant:.6g}," in hparams
+    given = bench_recipes.parse_args(["--learning_rate_constant=2"])
+    assert bench_recipes.learning_rate_constant(given) == 2.0
+    assert "learning_rate_constant=2," in bench_recipes.common_hparams(given)
+
+
+@pytest.mark.parametrize("flag", ["--learning_rate_constant=0", "--warmup_steps=-4"])
+def test_a_rate_that_is_not_positive_is_one_line(flag, tmp_path):
+    result = subprocess.run(
+        [sys.executable, SCRIPT, flag, f"--work_dir={tmp_path}/work"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2, result.stderr
+    # TensorFlow's start-up lines come first (the script imports it); the error is
+    # the one line after them.
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "bench_recipes.py: error: --learning_rate_constant and --warmup_steps "
+        "must be > 0."
+    )
+    assert not os.path.exists(tmp_path / "work")
+
+
 @pytest.mark.slow
 def test_smoke_reports_every_recipe_at_every_mark(tmp_path):
     text = {}
