@@ -88,7 +88,6 @@ import recipelib
 
 from t2t_lite.errors import first_line
 
-T2T_CONSTANT, T2T_WARMUP = 2.0, 8000  # transformer_base's Noam schedule
 FIGURE = os.path.join(os.path.dirname(__file__), "figures", "bench_recipes.png")
 RAMP = "batch_size_schedule=linear:{b},{b4},200"
 ADAPTIVE = "batch_size_schedule=adaptive:{b2},{b16},50"
@@ -237,7 +236,11 @@ def learning_rate_constant(args):
     peak rate (constant 2 at 8000 warmup updates) at --warmup_steps."""
     if args.learning_rate_constant is not None:
         return args.learning_rate_constant
-    return T2T_CONSTANT * math.sqrt(max(args.warmup_steps, 0) / T2T_WARMUP)
+    from t2t_lite.registry import HPARAMS_SETS
+
+    base = HPARAMS_SETS.get("transformer_base")()
+    warmup = max(args.warmup_steps, 0) / base.learning_rate_warmup_steps
+    return base.learning_rate_constant * math.sqrt(warmup)
 
 
 def common_hparams(args):
