@@ -15,7 +15,8 @@ recipe is a name and an `--hparams` override string applied after the common one
                    tokens per update, against learning_rate_reference_tokens)
   *_tok            learning_rate_schedule_unit=tokens (warmup and decay in tokens)
   auto             the recipe of the recommended set transformer_base_auto (what it
-                   changes over transformer_base)
+                   changes over transformer_base; its micro-batch, half of
+                   transformer_base's, becomes half of --batch_size)
 
 --recipe NAME=HPARAMS adds one (repeatable); --recipes picks them ("all": the table).
 
@@ -274,17 +275,22 @@ def chosen_recipes(args):
     if unknown:
         fail(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(table)}")
     sizes = {f"b{k}" if k > 1 else "b": k * args.batch_size for k in (1, 2, 4, 8, 16)}
-    sizes["auto"] = set_recipe("transformer_base_auto")
+    sizes["auto"] = set_recipe("transformer_base_auto", args.batch_size)
     return {name: table[name].format(**sizes) for name in names}
 
 
-def set_recipe(name):
+def set_recipe(name, batch_size):
     """What the registered hparams set `name` changes over transformer_base, as an
-    --hparams string: the set's recipe on the benchmark's common model."""
+    --hparams string: the set's recipe on the benchmark's common model, whose
+    micro-batch is `batch_size`. A set's own batch_size is kept as a fraction of
+    transformer_base's (a set that halves the micro-batch halves the benchmark's),
+    so its tokens per update relate to the fixed recipes' as they do in the sets."""
     from t2t_lite.registry import HPARAMS_SETS
 
     chosen, base = HPARAMS_SETS.get(name)(), HPARAMS_SETS.get("transformer_base")()
     values = chosen.values()
+    if "batch_size" in chosen.diff(base):
+        values["batch_size"] = batch_size * values["batch_size"] // base.batch_size
     return ",".join(f"{key}={values[key]}" for key in chosen.diff(base))
 
 

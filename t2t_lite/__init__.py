@@ -16,6 +16,7 @@ from t2t_lite.optim import (
     adaptive_batch,  # noqa: F401  (registers the adaptive batch plan)
     batch_schedule,  # noqa: F401  (registers the linear and steps batch plans)
     optimizers,  # noqa: F401  (registers optimizers)
+    time_optimal_batch,  # noqa: F401  (registers the time-optimal batch plan)
 )
 
 __version__ = "0.1.0"

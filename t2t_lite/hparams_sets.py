@@ -135,15 +135,19 @@ HPARAMS_SETS.add("transformer_base_multistep8", transformer_base_fake_gpu8)
 
 @HPARAMS_SETS.register()
 def transformer_base_auto():
-    """transformer_base with the batch managed for you: an adaptive batch from two
-    micro-batches up to 64, following the measured gradient noise scale, and a
-    learning rate that follows it (sqrt of the tokens per update; warmup and decay
-    counted in tokens). It saves choosing n, not time: on one device the smallest n
-    the rate is stable at trains faster, since accumulated tokens cost time however
-    they are grouped. scripts/bench_recipes.py measures it against fixed batches (its
+    """transformer_base with the batch managed for you: a time-optimal batch
+    (optim/time_optimal_batch.py) that starts at transformer_base's 4096 tokens per
+    update, as two micro-batches of 2048 so that the gradient noise scale is
+    measured from the first update, and grows only when the measured noise scale
+    and the measured cost of an update say a larger batch reaches a loss sooner;
+    the learning rate follows it (sqrt of the tokens per update; warmup and decay
+    counted in tokens). On one device an update's own cost is small beside its
+    tokens, so it stays at 4096; it grows where updates are dear or the noise scale
+    is large. scripts/bench_recipes.py measures it against fixed batches (its
     recipe `auto`): docs/batch.md#which-plan-which-rate-rule."""
     return transformer_base().override(
-        batch_size_schedule="adaptive",
+        batch_size=2048,
+        batch_size_schedule="time_optimal",
         learning_rate_batch_scaling="sqrt",
         learning_rate_schedule_unit="tokens",
     )

@@ -354,23 +354,41 @@ def _drive_adaptive(run, batches, stop_after=None):
     return decisions
 
 
+# √(48 × 100) ≈ 69 tokens: a time-optimal plan whose update costs 100 tokens grows
+# too (its cost given, so that decisions do not read this machine's timings).
+TIME_OPTIMAL = "time_optimal:16,128,5,100"
+
+
 @pytest.mark.parametrize(
-    "rate_rule",
+    "schedule, rate_rule",
     [
-        {},
-        {
-            "learning_rate_batch_scaling": "sqrt",
-            "learning_rate_schedule_unit": "tokens",
-        },
+        (ADAPTIVE, {}),
+        (
+            ADAPTIVE,
+            {
+                "learning_rate_batch_scaling": "sqrt",
+                "learning_rate_schedule_unit": "tokens",
+            },
+        ),
+        (
+            TIME_OPTIMAL,
+            {
+                "learning_rate_batch_scaling": "sqrt",
+                "learning_rate_schedule_unit": "tokens",
+            },
+        ),
     ],
 )
 def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(
-    tmp_path, rate_rule
+    tmp_path, schedule, rate_rule
 ):
     """With and without a rate that follows the batch (it reads the window's
     planned tokens, which the decisions change, and the tokens trained on)."""
     batches = _sampled_batches(np.random.default_rng(2), 200, FLAT)
-    whole = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05, **rate_rule)
+    run = functools.partial(
+        _noise_scale_run, FLAT, 100, schedule=schedule, rate=0.05, **rate_rule
+    )
+    whole = run()
     decisions = _drive_adaptive(whole, batches)
     assert [d[0] for d in decisions] == [5 * k for k in range(1, len(decisions) + 1)]
     assert len(decisions) >= 3
@@ -378,11 +396,11 @@ def test_adaptive_decisions_respect_bounds_and_repeat_after_a_resume(
         assert 16 <= old <= new <= min(2 * old, 128)  # never shrinks, at most doubles
     assert decisions[-1][2] > 16  # the measured scale (≈ 48 tokens) grew the batch
     # Stopped inside a window after the second decision, saved, resumed:
-    first = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05, **rate_rule)
+    first = run()
     cut = 47
     before = _drive_adaptive(first, batches, stop_after=cut)
     path = first.checkpoint().save(str(tmp_path / "ckpt"))
-    resumed = _noise_scale_run(FLAT, 100, schedule=ADAPTIVE, rate=0.05, **rate_rule)
+    resumed = run()
     resumed.checkpoint().restore(path).assert_consumed()
     after = _drive_adaptive(resumed, batches[cut:])
     assert before and after and before + after == decisions

@@ -375,14 +375,20 @@ def test_transformer_base_auto_is_base_with_the_managed_batch():
     from t2t_lite.optim.batch_plan import plan_from_hparams
 
     auto = HPARAMS_SETS.get("transformer_base_auto")()
-    assert auto.diff(_base()) == [
+    base = _base()
+    assert auto.diff(base) == [
+        "batch_size",
         "batch_size_schedule",
         "learning_rate_batch_scaling",
         "learning_rate_schedule_unit",
     ]
     validate(auto)
     plan = plan_from_hparams(auto, replicas=2)
-    assert (plan.minimum, plan.maximum) == (2 * 8192, 64 * 8192)  # 4096 × 2 replicas
+    assert plan.kind == "time_optimal" and plan.given_cost is None  # measured
+    # It starts at transformer_base's tokens per update, as two micro-batches of
+    # half the size (the noise scale needs two):
+    assert plan.minimum == 2 * auto.batch_size * 2 == base.batch_size * 2
+    assert plan.maximum == 64 * auto.batch_size * 2
     # transformer_base_fake_gpu8 keeps T2T's meaning: a fixed 8.
     assert plan_from_hparams(HPARAMS_SETS.get("transformer_base_fake_gpu8")()).n == 8
 

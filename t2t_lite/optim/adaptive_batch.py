@@ -54,13 +54,26 @@ class AdaptiveWindows(BatchPlan):
         self.minimum, self.maximum = minimum, maximum
         self.relative = relative
 
+    @classmethod
+    def in_micro_batches(cls, text, micro_batch_tokens):
+        """The kind written alone: from two micro-batches to 64 (of whatever size
+        batch_size=0 resolves), deciding every DEFAULT_EVERY updates."""
+        return cls(
+            text,
+            DEFAULT_MIN_MICRO_BATCHES * micro_batch_tokens,
+            DEFAULT_MAX_MICRO_BATCHES * micro_batch_tokens,
+            DEFAULT_EVERY,
+            micro_batch_tokens,
+            relative=True,
+        )
+
     def create_state(self):
         """The target and the last decision's update, as variables; call under the
         run's strategy scope (training/build.py does)."""
         self.state = tf.Module(name="adaptive_batch")
         with self.state.name_scope:
-            self.state.target = _int_variable(self.minimum, "target_tokens")
-            self.state.decided_at = _int_variable(0, "decided_at")
+            self.state.target = plan_variable(self.minimum, "target_tokens")
+            self.state.decided_at = plan_variable(0, "decided_at")
         return self.state
 
     @property
@@ -133,12 +146,23 @@ class AdaptiveWindows(BatchPlan):
             return None  # decided before the checkpoint this run resumed from
         old = self.target
         new = old
-        if noise_scale is not None and math.isfinite(noise_scale):
-            wanted = self.fraction * noise_scale
+        wanted = self.wanted(noise_scale)
+        if wanted is not None:
             new = int(min(self.maximum, max(old, min(2 * old, wanted))))
         self.state.target.assign(new)
         self.state.decided_at.assign(update)
         return old, new
+
+    def wanted(self, noise_scale):
+        """The tokens per update this plan aims at, before the limits (never
+        shrink, at most double, MAX); None when it cannot tell yet."""
+        if noise_scale is None or not math.isfinite(noise_scale):
+            return None
+        return self.fraction * noise_scale
+
+    def decision_facts(self):
+        """What the decision log line adds to the noise scale (subclasses)."""
+        return ""
 
     def describe(self):
         toward = "the noise scale"
@@ -155,26 +179,36 @@ def _adaptive(body, text, micro_batch_tokens):
     """`MIN,MAX[,EVERY[,FRACTION]]`, or nothing: from two micro-batches to 64. MIN
     must hold two micro-batches, for the noise scale it follows to be measured."""
     if not body:
-        return AdaptiveWindows(
-            text,
-            DEFAULT_MIN_MICRO_BATCHES * micro_batch_tokens,
-            DEFAULT_MAX_MICRO_BATCHES * micro_batch_tokens,
-            DEFAULT_EVERY,
-            micro_batch_tokens,
-            relative=True,
-        )
+        return AdaptiveWindows.in_micro_batches(text, micro_batch_tokens)
     usage = BatchPlanError(
         f"batch_size_schedule '{text}': adaptive takes MIN,MAX[,EVERY[,FRACTION]] "
         "(tokens, tokens, updates, a factor of the noise scale), e.g. "
         "adaptive:8192,262144,100 or adaptive:8192,262144,100,0.5."
     )
+    minimum, maximum, every, fourth = parse_limits(body, text, usage)
+    try:
+        fraction = float(fourth) if fourth is not None else 1.0
+    except ValueError:
+        raise usage from None
+    if not 0 < fraction < math.inf:
+        raise BatchPlanError(
+            f"batch_size_schedule '{text}': FRACTION must be a positive number, got "
+            f"{fourth}."
+        )
+    return AdaptiveWindows(
+        text, minimum, maximum, every, micro_batch_tokens, fraction=fraction
+    )
+
+
+def parse_limits(body, text, usage):
+    """MIN,MAX[,EVERY[,FOURTH]] of an adaptive kind: (MIN, MAX, EVERY, the fourth
+    value as text or None), checked; `usage` is raised for a malformed body."""
     values = body.split(",")
     if len(values) not in (2, 3, 4):
         raise usage
     try:
         minimum, maximum = int(values[0]), int(values[1])
         every = int(values[2]) if len(values) > 2 else DEFAULT_EVERY
-        fraction = float(values[3]) if len(values) > 3 else 1.0
     except ValueError:
         raise usage from None
     if minimum > maximum:
@@ -185,20 +219,15 @@ def _adaptive(body, text, micro_batch_tokens):
         raise BatchPlanError(
             f"batch_size_schedule '{text}': EVERY must be >= 1 update, got {every}."
         )
-    if not 0 < fraction < math.inf:
-        raise BatchPlanError(
-            f"batch_size_schedule '{text}': FRACTION must be a positive number, got "
-            f"{values[3]}."
-        )
-    return AdaptiveWindows(
-        text, minimum, maximum, every, micro_batch_tokens, fraction=fraction
-    )
+    return minimum, maximum, every, values[3] if len(values) > 3 else None
 
 
-def _int_variable(value, name):
+def plan_variable(value, name, dtype=tf.int64):
+    """A checkpointed variable of a plan's state: written by the host between
+    steps, the same on every replica."""
     return tf.Variable(
         value,
-        dtype=tf.int64,
+        dtype=dtype,
         trainable=False,
         name=name,
         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,

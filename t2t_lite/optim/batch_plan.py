@@ -15,7 +15,8 @@ Kinds, by hparams:
 - `linear` and `steps` (optim/batch_schedule.py): tokens per update as a function of
   the update step.
 - `adaptive` (optim/adaptive_batch.py): a target that follows the measured gradient
-  noise scale.
+  noise scale; `time_optimal` (optim/time_optimal_batch.py): a target that weighs
+  the noise scale against what an update costs in time.
 - a user's own: a parser registered with `register_batch_plan` (docs/extending.md),
   selected by batch_size_schedule `NAME:ARGS`.
 
@@ -94,6 +95,17 @@ class BatchPlan:
         (old, new) tokens per update when the plan changed its mind, else None."""
         del update, noise_scale
         return None
+
+    def observe(self, seconds, padded_tokens, closes_window):
+        """Told, after each micro-step, how long it took on how many padded
+        tokens and whether it updated (a plan that weighs time, e.g.
+        time_optimal, measures what an update costs from it)."""
+        del seconds, padded_tokens, closes_window
+
+    def check_workers(self, workers):
+        """Raises a one-line BatchPlanError when the plan cannot run on `workers`
+        processes (e.g. one that decides from host timings, which differ)."""
+        del workers
 
     def check_batch_size(self, batch_size, replicas):
         """Raises a one-line BatchPlanError when a window would hold less than one
@@ -197,7 +209,8 @@ def parse_batch_size_schedule(text, batch_size, replicas=1):
             f"batch_size_schedule '{text}': {unknown}expected KIND:ARGS with KIND "
             "one of "
             f"{', '.join(BATCH_PLANS.names())} (e.g. linear:START,END,UPDATES, "
-            "steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY[,FRACTION]], fixed:TOKENS)."
+            "steps:0=T0,U1=T1,..., adaptive:MIN,MAX[,EVERY[,FRACTION]], "
+            "time_optimal:MIN,MAX[,EVERY[,COST]], fixed:TOKENS)."
         )
     plan = BATCH_PLANS.get(kind)(body, text, micro)
     plan.check_batch_size(batch_size, replicas)

@@ -80,6 +80,7 @@ class OpenRun:
         self.plan = (
             self.run.step.plan if self.run else plan_from_hparams(hp, self.replicas)
         )
+        self.plan.check_workers(self.workers)
         self.n = self.plan.n if self.plan.constant else None  # None: windows vary
         # Best checkpoint, early stopping, elapsed time (training/run_state.py):
         self.run_state = RunState(

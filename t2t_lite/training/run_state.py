@@ -206,14 +206,16 @@ class RunLog:
             self.tokens_per_update(size),
         )
 
-    def batch_decision(self, update, old, new, noise_scale):
-        """An adaptive batch's decision at update `update`."""
+    def batch_decision(self, update, old, new, noise_scale, facts=""):
+        """An adaptive batch's decision at update `update`; `facts`: what else
+        the plan decided from (e.g. a time-optimal plan's update cost)."""
         measured = f"{noise_scale:.0f}" if noise_scale else "not measured yet"
         logging.info(
-            "Adaptive batch at update %d: noise scale %s tokens; tokens per update "
+            "Adaptive batch at update %d: noise scale %s tokens%s; tokens per update "
             "%d -> %d.",
             update,
             measured,
+            f", {facts}" if facts else "",
             old,
             new,
         )

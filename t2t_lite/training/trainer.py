@@ -12,6 +12,7 @@ from absl import logging
 
 from t2t_lite.errors import is_peer_failure
 from t2t_lite.optim.schedule import RATE_RULES, reference_tokens
+from t2t_lite.training import out_of_memory
 from t2t_lite.training.hooks import Loop, default_hooks
 from t2t_lite.training.lost_worker import worker_lost
 from t2t_lite.training.open_run import OpenRun
@@ -172,7 +173,9 @@ class Trainer(OpenRun):
             self.step.request_stop()  # the vote travels with the next all-reduce
         began = time.perf_counter()
         loop.out = self.step.train_on(batch, closes_window)
-        self.notify("on_step", step, time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        self.notify("on_step", step, seconds)
+        self.step.plan.observe(seconds, self._padded_tokens(batch), closes_window)
         loop.done, loop.record = step + 1, None
         for hook in self.hooks:
             if hasattr(hook, "after_step"):
@@ -181,6 +184,17 @@ class Trainer(OpenRun):
                 return True
         return False
 
+    def _padded_tokens(self, batch):
+        """Padded tokens of `batch` over all replicas (the busiest replica's
+        share times the replicas: what the step's time follows)."""
+        return self.replicas * out_of_memory.padded_tokens(batch, self.strategy)
+
     def _decided(self, update, old, new):
         """An adaptive batch's decision: logged, and in metrics.jsonl."""
-        self.run_log.batch_decision(update, old, new, self.step.noise_scale_value())
+        self.run_log.batch_decision(
+            update,
+            old,
+            new,
+            self.step.noise_scale_value(),
+            self.step.plan.decision_facts(),
+        )
