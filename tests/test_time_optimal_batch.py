@@ -137,3 +137,6 @@ def test_a_trainer_run_decides_from_its_own_timings(tmp_path):
     ]
     assert len(decisions) == 1, result.stderr[-2000:]
     assert "tokens (measured); tokens per update 256 ->" in decisions[0]
+    # The window that holds the target, in micro-batches of 128 tokens:
+    target = int(decisions[0].split(" -> ")[1].split()[0])
+    assert decisions[0].endswith(f" ({-(-target // 128)} micro-batches).")

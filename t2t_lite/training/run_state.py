@@ -206,18 +206,21 @@ class RunLog:
             self.tokens_per_update(size),
         )
 
-    def batch_decision(self, update, old, new, noise_scale, facts=""):
-        """An adaptive batch's decision at update `update`; `facts`: what else
-        the plan decided from (e.g. a time-optimal plan's update cost)."""
-        measured = f"{noise_scale:.0f}" if noise_scale else "not measured yet"
+    def batch_decision(self, update, old, new, noise_scale, facts="", size=None):
+        """An adaptive batch's decision at update `update`: its target tokens per
+        update went from `old` to `new`, which windows of `size` micro-batches
+        hold. `facts`: what else the plan decided from (e.g. a time-optimal
+        plan's update cost)."""
+        measured = f"{noise_scale:.0f} tokens" if noise_scale else "not measured yet"
         logging.info(
-            "Adaptive batch at update %d: noise scale %s tokens%s; tokens per update "
-            "%d -> %d.",
+            "Adaptive batch at update %d: noise scale %s%s; tokens per update "
+            "%d -> %d%s.",
             update,
             measured,
             f", {facts}" if facts else "",
             old,
             new,
+            f" ({size} micro-batches)" if size else "",
         )
         with self.writer("train").as_default(step=self.step.micro_step):
             tf.summary.scalar("adaptive_target_tokens", new)

@@ -197,4 +197,5 @@ class Trainer(OpenRun):
             new,
             self.step.noise_scale_value(),
             self.step.plan.decision_facts(),
+            self.step.plan.size(update),
         )
