@@ -50,6 +50,9 @@ setup(
             # tensorflow-text is what keras-hub pulls in, pinned to our TF
             "tensorflow-text==2.21.*",
             "ctranslate2==4.8.*",  # tests/test_ctranslate2.py
+            # .ci/lint: formatting, import order, unused code and branchiness in one
+            # fast tool, configured in ruff.toml
+            "ruff==0.17.*",
         ],
     },
     entry_points={

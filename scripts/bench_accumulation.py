@@ -360,7 +360,8 @@ def print_table(runners, args, steps):
         rate = statistics.median(r.rates)
         print(
             f"{r.name:<16} {r.n:>2} {rate:>13.2f} {statistics.median(r.token_rates):>9.0f} "
-            f"{benchlib.median_ratio(r.rates, base.rates):>9.3f}x {benchlib.spread(r.rates):>6.1f}% {1e3 / rate:>8.1f} "
+            f"{benchlib.median_ratio(r.rates, base.rates):>9.3f}x "
+            f"{benchlib.spread(r.rates):>6.1f}% {1e3 / rate:>8.1f} "
             f"{_median_or_nan(r.accumulate_ms):>8.1f} "
             f"{_median_or_nan(r.update_ms):>9.1f} "
             f"{statistics.median(r.cpu_ms):>12.1f}"

@@ -34,11 +34,12 @@ Compile time: the first pass over the list (tracing, XLA compiling once per buck
 shape, oneDNN kernel set-up) minus a steady pass; reported per configuration. A
 second, untimed pass follows. Steady state: --rounds rounds, each one pass over the
 list per configuration, interleaved in a rotating order (scripts/benchlib.py), so
-that other load on the machine hits all alike; target tokens/s (non-pad) are medians over rounds and ratios are medians of
-per-round ratios to `plain`. Break-even: the number of updates after which XLA's extra
-compile time is repaid by its faster steady updates. Only the buckets met in the list
-are compiled here; a long run meets every bucket (printed: how many exist), so the
-full compile cost is about (XLA compile per shape) x (buckets).
+that other load on the machine hits all alike; target tokens/s (non-pad) are medians
+over rounds and ratios are medians of per-round ratios to `plain`. Break-even: the
+number of updates after which XLA's extra compile time is repaid by its faster steady
+updates. Only the buckets met in the list are compiled here; a long run meets every
+bucket (printed: how many exist), so the full compile cost is about
+(XLA compile per shape) x (buckets).
 
 Run (from the repository root):
 

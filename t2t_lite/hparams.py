@@ -28,29 +28,7 @@ def _closest(name, candidates):
 def coerce_value(key, value, kind):
     """Converts `value` (a string or a Python value) to `kind`, or raises HParamsError."""
     if isinstance(value, str):
-        text = value.strip()
-        if kind is bool:
-            if text.lower() in _TRUE:
-                return True
-            if text.lower() in _FALSE:
-                return False
-        elif kind is int:
-            try:
-                return int(text)
-            except ValueError:
-                pass
-        elif kind is float:
-            try:
-                number = float(text)
-            except ValueError:
-                number = None
-            if number is not None:
-                return _finite(key, number)
-        elif kind is str:
-            return text
-        raise HParamsError(
-            f"hparam '{key}' expects type {kind.__name__}, got '{value}'."
-        )
+        return _parse_text(key, value, kind)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if type(value) is not kind:  # bool is an int subclass: compare exactly.
@@ -59,6 +37,31 @@ def coerce_value(key, value, kind):
             f"{value!r} ({type(value).__name__})."
         )
     return _finite(key, value) if kind is float else value
+
+
+def _parse_text(key, value, kind):
+    """`value`, a string from --hparams or a file, as `kind`."""
+    text = value.strip()
+    if kind is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+    elif kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    elif kind is float:
+        try:
+            number = float(text)
+        except ValueError:
+            number = None
+        if number is not None:
+            return _finite(key, number)
+    elif kind is str:
+        return text
+    raise HParamsError(f"hparam '{key}' expects type {kind.__name__}, got '{value}'.")
 
 
 def _finite(key, value):

@@ -41,18 +41,18 @@ def hparams(**overrides):
     """Momentum SGD: a slot per variable, so a resume must restore slots too (it
     traces in about 2/3 of Adam's time under MirroredStrategy); no dropout unless
     asked for."""
-    values = dict(
-        batch_size=64,
-        max_length=16,
-        optimizer="momentum",
-        optimizer_multistep_accumulate_steps=N,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-        learning_rate_schedule="constant*linear_decay",
-        learning_rate_constant=0.05,
-        learning_rate_decay_steps=3,
-    )
+    values = {
+        "batch_size": 64,
+        "max_length": 16,
+        "optimizer": "momentum",
+        "optimizer_multistep_accumulate_steps": N,
+        "layer_prepostprocess_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "relu_dropout": 0.0,
+        "learning_rate_schedule": "constant*linear_decay",
+        "learning_rate_constant": 0.05,
+        "learning_rate_decay_steps": 3,
+    }
     values.update(overrides)
     return transformer_test().override(**values)
 

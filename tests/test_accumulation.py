@@ -118,7 +118,11 @@ def test_clipping_and_weight_decay_act_once_per_update(knob):
 
 @pytest.mark.slow
 def test_clipping_and_weight_decay_together_with_adam():
-    overrides = dict(optimizer="multistep_adam", clip_grad_norm=0.05, weight_decay=0.1)
+    overrides = {
+        "optimizer": "multistep_adam",
+        "clip_grad_norm": 0.05,
+        "weight_decay": 0.1,
+    }
     accumulated = _train_accumulated(4, **overrides)
     big = _train_big_batch(4, **overrides)
     assert tolerance_ratio(accumulated, big) < 1

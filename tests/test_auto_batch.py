@@ -84,7 +84,7 @@ def test_the_largest_micro_batch_that_fits_then_n_follows_and_resume_reuses_it(
     # the pair's lengths, and its checkpoint stays as it was.
     checkpoint_files = {p.name: p.read_bytes() for p in tmp_path.glob("model-*")}
     resumed.step.simulated_memory = SimulatedMemory(max_tokens=2)
-    with pytest.raises(MicroBatchTooLarge, match="source .* tokens, target") as error:
+    with pytest.raises(MicroBatchTooLarge, match=r"source .* tokens, target") as error:
         resumed.train()
     assert "\n" not in str(error.value)
     assert checkpoint_files

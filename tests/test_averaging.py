@@ -11,7 +11,8 @@ import tensorflow as tf
 from cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.errors import UserError
-from t2t_lite.models.transformer import Transformer, TransformerConfig
+from t2t_lite.models.config import TransformerConfig
+from t2t_lite.models.transformer import Transformer
 from t2t_lite.runs import averaging
 
 _FEATURES = {"inputs": tf.ones([1, 3], tf.int32), "targets": tf.ones([1, 3], tf.int32)}
@@ -161,7 +162,7 @@ def test_model_only_restore_matches_the_newest_checkpoint(tmp_path, reference):
 def test_refusals_are_user_errors(tmp_path, reference):
     _write_run(tmp_path / "run", {1: _weights(7, reference)})
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="no model-N.index"):
+    with pytest.raises(UserError, match=r"no model-N\.index"):
         averaging.average_checkpoints(tmp_path / "empty", tmp_path / "avg", 1)
     with pytest.raises(UserError, match="is model_dir"):
         averaging.average_checkpoints(tmp_path / "run", tmp_path / "run", 1)
@@ -187,7 +188,7 @@ def test_checkpoints_of_different_models_are_refused(tmp_path, reference):
     )
     other.model(tf.ones([1, 2]))
     other.write(str(tmp_path / "run" / "model-2"))
-    with pytest.raises(UserError, match="model-1 and .*model-2"):
+    with pytest.raises(UserError, match=r"model-1 and .*model-2"):
         averaging.average_checkpoints(tmp_path / "run", tmp_path / "avg", 2)
     assert not (tmp_path / "avg").exists()
 

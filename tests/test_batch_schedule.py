@@ -30,9 +30,9 @@ from t2t_lite.optim.batch_plan import (
     BatchPlanError,
     integers,
     largest_micro_batch,
-    register_batch_plan,
     parse_batch_size_schedule,
     plan_from_hparams,
+    register_batch_plan,
 )
 from t2t_lite.registry import MODELS
 from t2t_lite.training.build import build_run
@@ -505,7 +505,7 @@ def test_a_registered_batch_plan_is_a_batch_size_schedule_kind():
         plan_from_hparams(hp.copy().override(batch_size_schedule="doubling:a,b"))
     with pytest.raises(BatchPlanError, match="less than one micro-batch"):
         plan_from_hparams(hp.copy().override(batch_size_schedule="doubling:8,2"))
-    with pytest.raises(BatchPlanError, match="unknown kind 'tripling'.*doubling"):
+    with pytest.raises(BatchPlanError, match=r"unknown kind 'tripling'.*doubling"):
         plan_from_hparams(hp.copy().override(batch_size_schedule="tripling:8,2"))
 
 

@@ -81,7 +81,7 @@ def test_smoke_reports_every_config(tmp_path):
     for name in ("t2t_f32", "keras_f32", "keras_bf16"):
         assert configs[name]["status"] == "measured", configs[name]
         assert configs[name]["tokens_per_s"] > 0
-    for name, config in configs.items():
+    for config in configs.values():
         if config["status"] == "measured":
             rates = config["tokens_per_s_rounds"]
             assert config["tokens_per_s"] == pytest.approx(np.median(rates))

@@ -61,7 +61,7 @@ def test_read_lines_strips_only_the_line_break(tmp_path):
 
 
 def test_read_lines_errors_name_file_and_line(tmp_path):
-    with pytest.raises(UserError, match="missing.txt: no such file"):
+    with pytest.raises(UserError, match=r"missing\.txt: no such file"):
         bleu.read_lines(str(tmp_path / "missing.txt"))
     path = tmp_path / "latin1.txt"
     path.write_bytes("fine\ncaf\xe9\n".encode("latin-1"))

@@ -157,7 +157,9 @@ def test_a_client_with_ctranslate2_and_sentencepiece_only(
     assert process.returncode == 0, process.stderr[-3000:]
     translations, imported = process.stdout.splitlines()[-2:]
     assert imported == "False"
-    assert json.loads(translations) == [t for t, l in zip(expected, lines) if l.strip()]
+    assert json.loads(translations) == [
+        t for t, line in zip(expected, lines) if line.strip()
+    ]
 
 
 def test_separate_vocabularies_convert_and_decode(tmp_path):

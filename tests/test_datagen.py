@@ -102,7 +102,9 @@ def test_writes_shards_vocab_and_manifest_with_summary(generated):
     p = train["tokens_per_example"]["targets"]
     assert 2 <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
     lines = datagen_report.summary_lines(summary, data_dir)
-    assert any("train: 3001 examples written; dropped: 1 empty" in l for l in lines)
+    assert any(
+        "train: 3001 examples written; dropped: 1 empty" in line for line in lines
+    )
 
 
 def test_round_trip_to_the_original_text(files, generated):
@@ -164,7 +166,7 @@ def test_bad_input_on_overwrite_keeps_the_old_data(files, generated, tmp_path):
     with open(short, "w") as f:
         f.write("un\n")
     config = config_for(files, dev_target=(short,), overwrite=True)
-    with pytest.raises(UserError, match="short.fr has 1 lines"):
+    with pytest.raises(UserError, match=r"short\.fr has 1 lines"):
         datagen.generate(TranslateParallelText(), data_dir, config=config, log=quiet)
     assert sorted(os.listdir(data_dir)) == sorted(os.listdir(generated[0]))
     TranslateParallelText().load(data_dir)
@@ -202,7 +204,7 @@ def test_interrupted_run_never_reads_as_valid(files, tmp_path, monkeypatch):
     # A killed run leaves temporaries and some finished shards, but no manifest.
     for name in (f"{NAME}-train-00000-of-00003", f"{NAME}-train-00001-of-00003.tmp-99"):
         open(os.path.join(data_dir, name), "wb").close()
-    with pytest.raises(UserError, match="incomplete .interrupted t2t-datagen"):
+    with pytest.raises(UserError, match=r"incomplete \(interrupted t2t-datagen"):
         TranslateParallelText().load(data_dir)
     summary = datagen.generate(
         TranslateParallelText(), data_dir, config=config_for(files), log=quiet
@@ -233,7 +235,7 @@ def test_dev_held_out_of_train_without_dev_files(files, tmp_path):
     )
     train, dev = summary["splits"]["train"], summary["splits"]["dev"]
     dropped = sum(train["dropped"].values()) + sum(dev["dropped"].values())
-    assert dev["examples"] + (dev["dropped"] and 1 or 0) == 100
+    assert dev["examples"] + ((dev["dropped"] and 1) or 0) == 100
     assert train["examples"] + dev["examples"] + dropped == 3002
     problem = TranslateParallelText()
     problem.load(data_dir)
@@ -278,14 +280,14 @@ def test_load_errors_name_the_data_dir_and_the_fix(files, generated, tmp_path):
     os.remove(os.path.join(data_dir, f"{NAME}-train-00001-of-00003"))
     problem.load(data_dir)
     with pytest.raises(
-        UserError, match="train-00001-of-00003 is listed in .* but missing"
+        UserError, match=r"train-00001-of-00003 is listed in .* but missing"
     ):
         problem.dataset("train", data_dir)
     vocab_path = os.path.join(data_dir, f"{NAME}.vocab.model")
     train_sentencepiece(  # another vocabulary under the same name: refused
         [s for pair in text_pairs(files, "dev") for s in pair], vocab_path, 50
     )
-    with pytest.raises(UserError, match="vocab.model was changed after t2t-datagen"):
+    with pytest.raises(UserError, match=r"vocab\.model was changed after t2t-datagen"):
         TranslateParallelText().load(data_dir)
     with open(vocab_path, "wb") as f:
         f.write(b"garbage")

@@ -15,7 +15,9 @@ from t2t_lite.decoding.bleu import corpus_scores
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding, restore_model, run_hparams
 from t2t_lite.errors import UserError
-from t2t_lite.models.transformer import Transformer, TransformerConfig, shift_right
+from t2t_lite.models.config import TransformerConfig
+from t2t_lite.models.layers import shift_right
+from t2t_lite.models.transformer import Transformer
 from t2t_lite.training.evaluation import BleuEvaluator
 
 
@@ -183,7 +185,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(numbers_run, tmp
     for data in run.glob("model-300.data-*"):
         data.write_bytes(data.read_bytes()[:100])
     model = _random_model(layers=2, vocab_size=100)
-    with pytest.raises(UserError, match="cannot load checkpoint .*model-150"):
+    with pytest.raises(UserError, match=r"cannot load checkpoint .*model-150"):
         restore_model(model, "", str(run))  # falls back, then: other architecture
     loaded, _, _, path = load_for_decoding(
         output_dir=str(run),

@@ -71,13 +71,13 @@ def test_bad_bool_is_an_error(text):
 
 def test_bool_is_not_accepted_for_an_int_key():
     assert "'a'" in str(_raises("a=true"))
-    with pytest.raises(HParamsError, match="'a'.*int"):
+    with pytest.raises(HParamsError, match=r"'a'.*int"):
         _small().override(a=True)
 
 
 def test_float_is_not_accepted_for_an_int_key():
     assert "int" in str(_raises("a=2.5"))
-    with pytest.raises(HParamsError, match="'a'.*int"):
+    with pytest.raises(HParamsError, match=r"'a'.*int"):
         _small().override(a=2.0)
 
 
@@ -91,7 +91,7 @@ def test_bad_value_error_names_key_and_type(text, key, kind):
 
 
 def test_wrong_python_type_for_a_str_key_is_an_error():
-    with pytest.raises(HParamsError, match="'d'.*str"):
+    with pytest.raises(HParamsError, match=r"'d'.*str"):
         _small().override(d=5)
 
 
@@ -170,10 +170,10 @@ def test_attribute_access_and_assignment_are_checked():
 
 def test_declare_twice_is_an_error():
     hp = HParams(a=1)
-    with pytest.raises(HParamsError, match="'a'.*twice"):
+    with pytest.raises(HParamsError, match=r"'a'.*twice"):
         hp.declare("a", 2)
     assert hp.a == 1
-    with pytest.raises(HParamsError, match="'hidden_size'.*twice"):
+    with pytest.raises(HParamsError, match=r"'hidden_size'.*twice"):
         _base().declare("hidden_size", 512)
 
 
@@ -283,33 +283,33 @@ def test_every_set_returns_a_fresh_object(name):
 
 def test_transformer_base_values():
     hp = _base()
-    expected = dict(
-        hidden_size=512,
-        filter_size=2048,
-        num_hidden_layers=6,
-        num_heads=8,
-        batch_size=4096,
-        max_length=256,
-        optimizer="adam",
-        optimizer_adam_beta1=0.9,
-        optimizer_adam_beta2=0.997,
-        optimizer_adam_epsilon=1e-9,
-        label_smoothing=0.1,
-        layer_prepostprocess_dropout=0.1,
-        attention_dropout=0.1,
-        relu_dropout=0.1,
-        learning_rate_schedule="constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
-        learning_rate_constant=2.0,
-        learning_rate_warmup_steps=8000,
-        clip_grad_norm=0.0,
-        weight_decay=0.0,
-        shared_embedding_and_softmax_weights=True,
-        norm_epsilon=1e-6,
-        optimizer_multistep_accumulate_steps=1,
-        initializer_gain=1.0,
-        min_length_bucket=8,
-        length_bucket_step=1.1,
-    )
+    expected = {
+        "hidden_size": 512,
+        "filter_size": 2048,
+        "num_hidden_layers": 6,
+        "num_heads": 8,
+        "batch_size": 4096,
+        "max_length": 256,
+        "optimizer": "adam",
+        "optimizer_adam_beta1": 0.9,
+        "optimizer_adam_beta2": 0.997,
+        "optimizer_adam_epsilon": 1e-9,
+        "label_smoothing": 0.1,
+        "layer_prepostprocess_dropout": 0.1,
+        "attention_dropout": 0.1,
+        "relu_dropout": 0.1,
+        "learning_rate_schedule": "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
+        "learning_rate_constant": 2.0,
+        "learning_rate_warmup_steps": 8000,
+        "clip_grad_norm": 0.0,
+        "weight_decay": 0.0,
+        "shared_embedding_and_softmax_weights": True,
+        "norm_epsilon": 1e-6,
+        "optimizer_multistep_accumulate_steps": 1,
+        "initializer_gain": 1.0,
+        "min_length_bucket": 8,
+        "length_bucket_step": 1.1,
+    }
     for key, value in expected.items():
         assert hp.values()[key] == value, key
     # 0 means "use num_hidden_layers": 6+6 layers.

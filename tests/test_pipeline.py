@@ -1,6 +1,7 @@
 """Tests for t2t_lite.data.pipeline: T2T bucket layout, token budget, no lost examples."""
 
 import collections
+import itertools
 
 import numpy as np
 import pytest
@@ -72,7 +73,7 @@ def test_bucket_boundaries_t2t_values():
         33,
     ]
     assert boundaries[0] == 8
-    assert all(a < b for a, b in zip(boundaries, boundaries[1:]))
+    assert all(a < b for a, b in itertools.pairwise(boundaries))
     assert boundaries[-1] < 256 and int(boundaries[-1] * 1.1) >= 256
     assert pipeline.bucket_boundaries(8) == []
     assert pipeline.bucket_boundaries(12, min_length=4, length_bucket_step=2.0) == [

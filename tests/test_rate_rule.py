@@ -9,6 +9,7 @@ divided by the reference (unit "tokens"). Checked against a hand-written referen
 """
 
 import functools
+import itertools
 
 import pytest
 import tensorflow as tf
@@ -114,7 +115,7 @@ def test_each_update_equals_a_big_batch_at_the_rate_of_its_tokens(
     expected = _hand_rates(rule, unit, reference)
     assert rates == pytest.approx(expected, rel=1e-6)
     # The rate changes at every update, so that no ordering bug can cancel out:
-    assert all(a != pytest.approx(b) for a, b in zip(expected, expected[1:]))
+    assert all(a != pytest.approx(b) for a, b in itertools.pairwise(expected))
     assert trained == [sum(WINDOWS[:u]) * MICRO for u in range(len(WINDOWS))]
     weights, velocity = Reference(hp)(
         list(_start_weights()),
@@ -312,7 +313,7 @@ def test_bad_rate_rules_are_one_line_errors(overrides, words):
     with pytest.raises(HParamsError) as error:
         hparams_checks.validate(hparams("sgd", **overrides))
     message = str(error.value)
-    assert "\n" not in message and list(overrides)[0] in message
+    assert "\n" not in message and next(iter(overrides)) in message
     for word in words:
         assert word in message
 

@@ -11,8 +11,9 @@ import tensorflow as tf
 
 from t2t_lite import hparams_sets
 from t2t_lite.graph import graph_function
+from t2t_lite.models.config import TransformerConfig
 from t2t_lite.models.recompute import seed_generators
-from t2t_lite.models.transformer import Transformer, TransformerConfig
+from t2t_lite.models.transformer import Transformer
 
 VOCAB = 40
 

@@ -113,11 +113,11 @@ def test_cosdecay():
 
 def test_exp_decay():
     # 0.5 ** ((step - warmup) / decay_steps), p clamped at 0 during warmup.
-    common = dict(
-        learning_rate_warmup_steps=10,
-        learning_rate_decay_steps=20,
-        learning_rate_decay_rate=0.5,
-    )
+    common = {
+        "learning_rate_warmup_steps": 10,
+        "learning_rate_decay_steps": 20,
+        "learning_rate_decay_rate": 0.5,
+    }
     _close(
         _rates("exp_decay", [0, 10, 30, 40, 50], **common),
         [1.0, 1.0, 0.5, 0.5**1.5, 0.25],
@@ -125,12 +125,12 @@ def test_exp_decay():
 
 
 def test_exp_decay_staircase():
-    common = dict(
-        learning_rate_warmup_steps=10,
-        learning_rate_decay_steps=20,
-        learning_rate_decay_rate=0.5,
-        learning_rate_decay_staircase=True,
-    )
+    common = {
+        "learning_rate_warmup_steps": 10,
+        "learning_rate_decay_steps": 20,
+        "learning_rate_decay_rate": 0.5,
+        "learning_rate_decay_staircase": True,
+    }
     _close(
         _rates("exp_decay", [0, 29, 30, 40, 49, 50], **common),
         [1.0, 1.0, 0.5, 0.5, 0.5, 0.25],

@@ -80,7 +80,7 @@ def _generate(tmp_path, **files):
 def test_datagen_checks_inputs_before_writing_anything(tmp_path):
     good = write(tmp_path / "good.txt", "a b\n" * 50)
     bad = write(tmp_path / "bad.txt", "a b\n" * 49)
-    with pytest.raises(UserError, match="bad.txt has 49 lines"):
+    with pytest.raises(UserError, match=r"bad\.txt has 49 lines"):
         _generate(
             tmp_path,
             train_source=(good,),

@@ -129,7 +129,7 @@ def test_run_json_records_n_and_an_older_run_json_is_completed(tmp_path):
     assert json.loads(path.read_text())["accumulate_steps"] == 3
     stored["accumulate_steps"] = 4
     path.write_text(json.dumps(stored))
-    with pytest.raises(UserError, match="accumulate_steps 4, not 3 .effective_batch"):
+    with pytest.raises(UserError, match=r"accumulate_steps 4, not 3 .effective_batch"):
         _trainer_with(tmp_path, 2, hp)
 
 

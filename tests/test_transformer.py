@@ -8,9 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.models import Transformer, token_accuracy, token_loss
-from t2t_lite.models import kernels
-from t2t_lite.models import transformer as tr
+from t2t_lite.models import (
+    Transformer,
+    attention,
+    kernels,
+    layers,
+    token_accuracy,
+    token_loss,
+)
+from t2t_lite.models.config import TransformerConfig
 
 VOCAB = 20
 HIDDEN = 16
@@ -56,7 +62,7 @@ def _config(**overrides):
         "relu_dropout": 0.0,
         "shared_embedding_and_softmax_weights": True,
     }
-    return tr.TransformerConfig(**{**values, **overrides})
+    return TransformerConfig(**{**values, **overrides})
 
 
 def _features(inputs, targets):
@@ -90,9 +96,9 @@ def test_layer_get_config_round_trip():
         norm_epsilon=1e-5,
         initializer_gain=0.5,
     )
-    layer = tr.DecoderLayer(config, name="dec")
+    layer = layers.DecoderLayer(config, name="dec")
     layer_config = layer.get_config()
-    clone = tr.DecoderLayer.from_config(layer_config)
+    clone = layers.DecoderLayer.from_config(layer_config)
     assert clone.get_config() == layer_config and clone.config == config
     assert layer_config["config"]["relu_dropout"] == 0.3
     model = _model(shared_embedding_and_softmax_weights=False)
@@ -142,10 +148,10 @@ def test_encode_decode_match_call():
     model = _model(seed=3)
     encoder_output, bias = model.encode(FEATURES["inputs"])
     assert encoder_output.shape == (2, 5, HIDDEN) and bias.shape == (2, 1, 1, 5)
-    logits = model.decode(tr.shift_right(FEATURES["targets"]), encoder_output, bias)
+    logits = model.decode(layers.shift_right(FEATURES["targets"]), encoder_output, bias)
     np.testing.assert_array_equal(logits.numpy(), model(FEATURES).numpy())
     np.testing.assert_array_equal(
-        tr.shift_right(tf.constant([[4, 3, 1]])).numpy(), [[0, 4, 3]]
+        layers.shift_right(tf.constant([[4, 3, 1]])).numpy(), [[0, 4, 3]]
     )
 
 
@@ -174,7 +180,7 @@ def test_embedding_and_softmax_sharing(shared, expected):
 
 
 def test_embedding_scales_and_zeroes_padding():
-    layer = tr.EmbeddingSharedWeights(VOCAB, HIDDEN)
+    layer = layers.EmbeddingSharedWeights(VOCAB, HIDDEN)
     out = layer(tf.constant([[3, 0]])).numpy()  # [1, 2, hidden]
     weights = layer.weights_matrix.numpy()
     np.testing.assert_allclose(out[0, 0], weights[3] * math.sqrt(HIDDEN), rtol=1e-6)
@@ -182,7 +188,7 @@ def test_embedding_scales_and_zeroes_padding():
 
 
 def test_timing_signal_matches_formula():
-    signal = tr.get_timing_signal_1d(3, 6).numpy()[0]  # [3, 6]
+    signal = layers.get_timing_signal_1d(3, 6).numpy()[0]  # [3, 6]
     inv = np.exp(-np.arange(3) * math.log(1e4) / 2)
     expected = np.concatenate(
         [np.sin(np.outer(np.arange(3), inv)), np.cos(np.outer(np.arange(3), inv))],
@@ -232,7 +238,7 @@ def test_token_loss_hand_computed():
 def test_attention_equals_a_numpy_reference(self_attention):
     """The fused q/k/v projection (one matmul of the three kernels side by side)
     computes T2T's attention with each kernel in its own role."""
-    layer = tr.MultiHeadAttention(_config())
+    layer = attention.MultiHeadAttention(_config())
     rng = np.random.default_rng(0)
     query = tf.constant(rng.normal(size=[2, 3, HIDDEN]), tf.float32)
     memory = query if self_attention else tf.constant(rng.normal(size=[2, 5, HIDDEN]))
@@ -336,7 +342,7 @@ def test_layer_norm_equals_keras_layer_norm_and_its_gradient(dtype):
         tf.float32,
     )
     upstream = tf.constant(rng.normal(size=[3, 5, 16]), tf.float32)
-    ours = tr.LayerNormalization(epsilon=1e-6, dtype=dtype, name="norm")
+    ours = kernels.LayerNormalization(epsilon=1e-6, dtype=dtype, name="norm")
     keras_norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name="norm")
     ours.build(x.shape)
     keras_norm.build(x.shape)

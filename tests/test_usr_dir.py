@@ -182,20 +182,24 @@ def test_an_hparams_set_without_the_training_keys_is_one_clear_line():
         (
             lambda d: (
                 (d / "broken").mkdir()
-                or (d / "broken" / "__init__.py").write_text(
-                    "x = 1\nraise KeyError('k')\n"
+                or (
+                    (d / "broken" / "__init__.py").write_text(
+                        "x = 1\nraise KeyError('k')\n"
+                    )
+                    and str(d / "broken")
                 )
-                and str(d / "broken")
             ),
             "broken/__init__.py:2",
         ),
         (
             lambda d: (
                 (d / "twice").mkdir()
-                or (d / "twice" / "__init__.py").write_text(
-                    "from t2t_lite.registry import MODELS\nMODELS.add('transformer', 1)\n"
+                or (
+                    (d / "twice" / "__init__.py").write_text(
+                        "from t2t_lite.registry import MODELS\nMODELS.add('transformer', 1)\n"
+                    )
+                    and str(d / "twice")
                 )
-                and str(d / "twice")
             ),
             "registered twice",
         ),

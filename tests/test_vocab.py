@@ -62,9 +62,9 @@ def test_too_large_vocab_is_a_clear_error(tmp_path):
 
 def test_missing_and_corrupt_files_are_user_errors(tmp_path):
     missing = str(tmp_path / "missing.model")
-    with pytest.raises(UserError, match="missing.model: vocabulary file not found"):
+    with pytest.raises(UserError, match=r"missing\.model: vocabulary file not found"):
         SubwordVocab(missing)
     corrupt = tmp_path / "corrupt.model"
     corrupt.write_bytes(b"not a model")
-    with pytest.raises(UserError, match="corrupt.model is not a SentencePiece model"):
+    with pytest.raises(UserError, match=r"corrupt\.model is not a SentencePiece model"):
         SubwordVocab(str(corrupt))

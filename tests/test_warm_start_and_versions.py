@@ -111,7 +111,7 @@ def test_warm_start_into_a_deeper_model_lists_the_new_variables(
 def test_warm_start_refuses_other_shapes_and_other_vocabularies(source_run, tmp_path):
     source = source_run[0]
     wider = transformer_test().override(hidden_size=32, filter_size=64)
-    with pytest.raises(UserError, match="have another shape, e.g. model/"):
+    with pytest.raises(UserError, match=r"have another shape, e\.g. model/"):
         _trainer(tmp_path / "a", 2, wider, warm_start_from=str(source)).restore()
     with pytest.raises(UserError, match="another vocabulary"):
         _trainer(
@@ -152,7 +152,7 @@ def test_a_run_from_before_a_new_hparam_resumes_and_decodes_at_its_default(
     _, _, hp, _ = load_for_decoding(output_dir=str(run_dir))
     assert hp.activation_dtype == "float32" and hp.effective_batch_size == 0
     changed = transformer_test().override(activation_dtype="bfloat16")
-    with pytest.raises(UserError, match="before hparam.s. activation_dtype existed"):
+    with pytest.raises(UserError, match=r"before hparam\(s\) activation_dtype existed"):
         _trainer(run_dir, SOURCE_STEPS + 2, changed)
     resumed = _trainer(run_dir, SOURCE_STEPS + 2)
     resumed.train()

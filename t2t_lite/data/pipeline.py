@@ -154,12 +154,18 @@ def make_dataset(
         # Repeat before bucketing so partly filled buckets carry over between epochs
         # instead of being flushed as small batches at every epoch end.
         dataset = dataset.repeat(repeat)
+    dataset = _bucket(dataset, boundaries, batch_sizes, max_length, pad_to_bucket)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _bucket(dataset, boundaries, batch_sizes, max_length, pad_to_bucket):
+    """Batches of similar lengths, padded with PAD_ID (see make_dataset)."""
     if pad_to_bucket:
         # tf.data pads a bucket to (upper bound - 1) and refuses the unbounded last
         # bucket; closing the last bucket at max_length + 1 pads it to max_length.
-        # The new, unbounded bucket stays empty: longer examples were dropped above.
+        # The new, unbounded bucket stays empty: longer examples were dropped before.
         boundaries, batch_sizes = boundaries + [max_length + 1], batch_sizes + [1]
-    dataset = dataset.bucket_by_sequence_length(
+    return dataset.bucket_by_sequence_length(
         element_length_func=example_length,
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
@@ -168,7 +174,6 @@ def make_dataset(
         pad_to_bucket_boundary=pad_to_bucket,
         drop_remainder=False,
     )
-    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def batches_from_hparams(

@@ -52,8 +52,8 @@ def read_lines(path, strip=True):
     """Yields (line_number, text) for every line of `path`, 1-based.
 
     The text is stripped of its line break and, with `strip`, of surrounding
-    whitespace (`\\r\\n` files work); a UTF-8 byte-order mark at the start is dropped. Only `\\n` ends a line, so
-    a stray U+2028 inside a sentence does not shift the alignment.
+    whitespace (`\\r\\n` files work); a UTF-8 byte-order mark at the start is dropped.
+    Only `\\n` ends a line, so a stray U+2028 inside a sentence does not shift the alignment.
     """
     number = 0
     try:

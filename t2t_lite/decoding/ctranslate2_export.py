@@ -40,7 +40,8 @@ from t2t_lite.decoding.export import (
     staged_directory,
 )
 from t2t_lite.errors import UserError
-from t2t_lite.models.transformer import Transformer, get_timing_signal_1d
+from t2t_lite.models.layers import get_timing_signal_1d
+from t2t_lite.models.transformer import Transformer
 
 INFO_FILE = "t2t_ctranslate2.json"
 # The position table covers the longest input plus this many output tokens beyond it:

@@ -3,8 +3,8 @@
 `Decoder` turns lists of source id sequences into outputs: it sorts them by length so
 a batch wastes little padding, runs one compiled search per batch, and puts the
 results back in input order. The batching is `BatchedDecoder`'s, which the
-CTranslate2 engine (decoding/ctranslate2_engine.py) shares. `translate` does the same from text with a problem's
-encode/decode functions (SentencePiece for text problems).
+CTranslate2 engine (decoding/ctranslate2_engine.py) shares. `translate` does the same
+from text with a problem's encode/decode functions (SentencePiece for text problems).
 """
 
 import dataclasses

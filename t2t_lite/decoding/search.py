@@ -8,7 +8,8 @@ where `ids` int32 [N, decode_length + 1] holds the decoder inputs: position 0 is
 start, as in training's shift_right), position i > 0 the token chosen at step i - 1,
 zeros after `index`. `state` is a nest of tensors with leading dimension N (the
 key/value cache, growing by one position a step, or nothing for a step function that
-recomputes the prefix); beam search reorders it along with the hypotheses. N is batch (greedy) or batch * beam.
+recomputes the prefix); beam search reorders it along with the hypotheses. N is batch
+(greedy) or batch * beam.
 
 Beam search follows T2T (GNMT length penalty ((5 + length) / 6) ** alpha, 2 * beam
 candidates per step so a beam never runs dry of unfinished hypotheses, stop once no
@@ -124,27 +125,14 @@ def beam_search(
     penalty). Finished hypotheses come first, best first; unfinished ones (no EOS
     within decode_length) only fill slots left over, also best first.
     """
-    k = beam_size
-    seq_length = decode_length + 1
-    alive_ids = tf.zeros([batch_size, k, seq_length], tf.int32)
-    # Only beam 0 is live at first, so step 0 does not expand k identical copies.
-    alive_log_probs = tf.tile([[0.0] + [NEG_INF] * (k - 1)], [batch_size, 1])
-    finished_ids = tf.zeros([batch_size, k, seq_length], tf.int32)
-    finished_scores = tf.fill([batch_size, k], NEG_INF)
-    finished_flags = tf.zeros([batch_size, k], tf.bool)
+    k, seq_length = beam_size, decode_length + 1
     max_penalty = length_penalty(decode_length, alpha)
 
     def not_done(index, alive_ids, alive_log_probs, finished_ids, scores, flags, st):
         del alive_ids, finished_ids, st
-        # An unfinished hypothesis' score can only fall, to at best its log-prob
-        # now divided by the largest penalty.
-        best_possible = alive_log_probs[:, 0] / max_penalty  # [batch]
-        if stop_on_best_only:
-            bar = tf.reduce_max(tf.where(flags, scores, NEG_INF), axis=1)
-        else:
-            worst = tf.reduce_min(tf.where(flags, scores, -NEG_INF), axis=1)
-            bar = tf.where(tf.reduce_all(flags, axis=1), worst, NEG_INF)
-        settled = tf.reduce_all(bar > best_possible)
+        settled = _settled(
+            alive_log_probs, scores, flags, max_penalty, stop_on_best_only
+        )
         return tf.logical_and(index < decode_length, ~settled)
 
     def step(index, alive_ids, alive_log_probs, finished_ids, scores, flags, state):
@@ -154,66 +142,106 @@ def beam_search(
         log_probs = tf.reshape(log_probs, [batch_size, k, vocab_size])
         log_probs += alive_log_probs[:, :, None]  # [batch, k, vocab]
         penalty = length_penalty(index + 1, alpha)
-        # 2k candidates: even if k of them end in EOS, k unfinished ones remain.
-        flat_scores = tf.reshape(log_probs, [batch_size, k * vocab_size]) / penalty
-        cand_scores, cand_index = tf.math.top_k(flat_scores, k=2 * k)  # [batch, 2k]
-        cand_beam = cand_index // vocab_size
-        cand_token = cand_index % vocab_size
-        cand_ids = tf.gather(alive_ids, cand_beam, batch_dims=1)  # [batch, 2k, len]
-        cand_ids = _write_column(cand_ids, index + 1, cand_token)
-        cand_eos = tf.equal(cand_token, eos_id)  # [batch, 2k]
-
-        # Unfinished: the best k candidates not ending in EOS.
-        _, _, alive_ids, alive_log_probs, from_beam = _top_k_gather(
-            cand_scores + tf.cast(cand_eos, tf.float32) * NEG_INF,
-            k,
-            cand_ids,
-            cand_scores * penalty,
-            cand_beam,
+        cand_scores, cand_beam, cand_ids = _candidates(
+            log_probs / penalty, alive_ids, index
         )
-        state = tf.nest.map_structure(
-            lambda t: _gather_beams(t, from_beam, batch_size, k), state
+        cand_eos = tf.equal(cand_ids[:, :, index + 1], eos_id)  # [batch, 2k]
+        alive_ids, alive_log_probs, state = _keep_alive(
+            cand_scores, cand_beam, cand_ids, cand_eos, penalty, state
         )
-
-        # Finished: EOS candidates within the step's top k join the finished ones.
-        in_top_k = tf.range(2 * k) < k  # candidates come sorted best first
-        newly = tf.logical_and(cand_eos, in_top_k[None, :])
-        scores, _, finished_ids, flags = _top_k_gather(
-            tf.concat([scores, tf.where(newly, cand_scores, NEG_INF)], axis=1),
-            k,
-            tf.concat([finished_ids, cand_ids], axis=1),
-            tf.concat([flags, newly], axis=1),
+        scores, finished_ids, flags = _add_finished(
+            scores, finished_ids, flags, cand_scores, cand_ids, cand_eos
         )
         return index + 1, alive_ids, alive_log_probs, finished_ids, scores, flags, state
 
-    loop_vars = (
-        tf.constant(0),
-        alive_ids,
-        alive_log_probs,
-        finished_ids,
-        finished_scores,
-        finished_flags,
-        state,
-    )
+    loop_vars = (tf.constant(0), *_empty_beams(batch_size, k, seq_length), state)
     index, alive_ids, alive_log_probs, finished_ids, scores, flags, _ = tf.while_loop(
         not_done, step, loop_vars, shape_invariants=_invariants(loop_vars)
     )
-    # Finished hypotheses come first (as in T2T: an unfinished one that merely ran
-    # out of decode_length never pays for its EOS, so it must not outrank them);
-    # unfinished ones fill the slots no finished hypothesis took, best first.
+    alive_scores = alive_log_probs / length_penalty(index, alpha)
     ids, scores = _finished_then_alive(
-        finished_ids,
-        scores,
-        flags,
-        alive_ids,
-        alive_log_probs / length_penalty(index, alpha),
+        finished_ids, scores, flags, alive_ids, alive_scores
     )
     return ids[:, :, 1:], scores
 
 
+def _empty_beams(batch_size, k, seq_length):
+    """The loop's start: (alive ids, alive log-probs, finished ids, finished scores,
+    finished flags), nothing finished."""
+    alive_ids = tf.zeros([batch_size, k, seq_length], tf.int32)
+    # Only beam 0 is live at first, so step 0 does not expand k identical copies.
+    alive_log_probs = tf.tile([[0.0] + [NEG_INF] * (k - 1)], [batch_size, 1])
+    finished_ids = tf.zeros([batch_size, k, seq_length], tf.int32)
+    finished_scores = tf.fill([batch_size, k], NEG_INF)
+    finished_flags = tf.zeros([batch_size, k], tf.bool)
+    return alive_ids, alive_log_probs, finished_ids, finished_scores, finished_flags
+
+
+def _settled(alive_log_probs, scores, flags, max_penalty, stop_on_best_only):
+    """Whether no unfinished hypothesis can still beat the finished ones (the best
+    one, or with stop_on_best_only False the worst of k), for every batch entry."""
+    # An unfinished hypothesis' score can only fall, to at best its log-prob now
+    # divided by the largest penalty.
+    best_possible = alive_log_probs[:, 0] / max_penalty  # [batch]
+    if stop_on_best_only:
+        bar = tf.reduce_max(tf.where(flags, scores, NEG_INF), axis=1)
+    else:
+        worst = tf.reduce_min(tf.where(flags, scores, -NEG_INF), axis=1)
+        bar = tf.where(tf.reduce_all(flags, axis=1), worst, NEG_INF)
+    return tf.reduce_all(bar > best_possible)
+
+
+def _candidates(scores, alive_ids, index):
+    """The step's 2k best continuations by `scores` [batch, k, vocab] (length-
+    penalized): (their scores [batch, 2k], the beam each extends [batch, 2k], their
+    ids [batch, 2k, length] with the new token in column index + 1), best first.
+    2k, so that even if k of them end in EOS, k unfinished ones remain."""
+    k, vocab_size = scores.shape[1], scores.shape[2]
+    flat_scores = tf.reshape(scores, [-1, k * vocab_size])
+    cand_scores, cand_index = tf.math.top_k(flat_scores, k=2 * k)  # [batch, 2k]
+    cand_beam = cand_index // vocab_size
+    cand_ids = tf.gather(alive_ids, cand_beam, batch_dims=1)  # [batch, 2k, len]
+    cand_ids = _write_column(cand_ids, index + 1, cand_index % vocab_size)
+    return cand_scores, cand_beam, cand_ids
+
+
+def _keep_alive(cand_scores, cand_beam, cand_ids, cand_eos, penalty, state):
+    """The best k candidates not ending in EOS: (their ids, their log-probs, the
+    state reordered to match them)."""
+    batch_size, k = tf.shape(cand_scores)[0], cand_scores.shape[1] // 2
+    _, _, alive_ids, alive_log_probs, from_beam = _top_k_gather(
+        cand_scores + tf.cast(cand_eos, tf.float32) * NEG_INF,
+        k,
+        cand_ids,
+        cand_scores * penalty,
+        cand_beam,
+    )
+    state = tf.nest.map_structure(
+        lambda t: _gather_beams(t, from_beam, batch_size, k), state
+    )
+    return alive_ids, alive_log_probs, state
+
+
+def _add_finished(scores, finished_ids, flags, cand_scores, cand_ids, cand_eos):
+    """The k best of the finished hypotheses and the step's new ones: candidates
+    that end in EOS and rank among the step's best k (fairseq's rule)."""
+    k = flags.shape[1]
+    in_top_k = tf.range(2 * k) < k  # candidates come sorted best first
+    newly = tf.logical_and(cand_eos, in_top_k[None, :])
+    scores, _, finished_ids, flags = _top_k_gather(
+        tf.concat([scores, tf.where(newly, cand_scores, NEG_INF)], axis=1),
+        k,
+        tf.concat([finished_ids, cand_ids], axis=1),
+        tf.concat([flags, newly], axis=1),
+    )
+    return scores, finished_ids, flags
+
+
 def _finished_then_alive(finished_ids, finished_scores, flags, alive_ids, alive_scores):
     """Per batch entry: its f finished hypotheses (sorted, a prefix since unflagged
-    slots score NEG_INF), then its best k - f unfinished ones."""
+    slots score NEG_INF), then its best k - f unfinished ones. Finished come first
+    as in T2T: an unfinished hypothesis that merely ran out of decode_length never
+    paid for its EOS, so it must not outrank them."""
     k = tf.shape(flags)[1]
     num_finished = tf.reduce_sum(tf.cast(flags, tf.int32), axis=1)[
         :, None

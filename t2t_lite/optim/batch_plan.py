@@ -66,7 +66,7 @@ class BatchPlan:
     def settled_from(self):
         """The update from which window sizes no longer change, or None when
         unknown (then train_updates walks every window)."""
-        return None
+        return
 
     def train_updates(self, train_steps):
         """Updates that train_steps micro-batches give: whole windows, plus the
@@ -83,7 +83,7 @@ class BatchPlan:
     def create_state(self):
         """Makes the plan's checkpointed variables (None: it has none); called
         once under the run's strategy scope."""
-        return None
+        return
 
     def adopt_state(self, other):
         """Takes over `other`'s checkpointed variables (a re-planned run keeps
@@ -94,7 +94,7 @@ class BatchPlan:
         """Called when window `update` starts, before size(update); returns
         (old, new) tokens per update when the plan changed its mind, else None."""
         del update, noise_scale
-        return None
+        return
 
     def observe(self, seconds, padded_tokens, closes_window):
         """Told, after each micro-step, how long it took on how many padded

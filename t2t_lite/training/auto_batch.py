@@ -81,7 +81,8 @@ def probe_batch_size(
 ):
     """The AutoBatch of `run` (built with batch_size max_length + 1) on its
     strategy's devices; the run's state is as it was before. tokens_per_update:
-    optim/batch_plan.py's largest_micro_batch(). simulated_memory: a SimulatedMemory (tests, benchmarks)."""
+    optim/batch_plan.py's largest_micro_batch(). simulated_memory: a SimulatedMemory
+    (tests, benchmarks)."""
     length = run.hp.max_length
     device = _memory_device()
     if memory_budget_gb <= 0 and device.startswith("CPU") and not simulated_memory:

@@ -85,9 +85,17 @@ def read_tf_config(raw=None):
         raise UserError(f"TF_CONFIG is not valid JSON: {e}.") from None
     if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
         raise UserError('TF_CONFIG must be a JSON object with a "cluster" object.')
+    jobs = _checked_jobs(config["cluster"])
+    task_type, index = _checked_task(config.get("task"), jobs)
+    return Cluster(jobs, task_type, index)
+
+
+def _checked_jobs(cluster):
+    """TF_CONFIG's "cluster": {job: [addresses]} of chief and worker tasks, each
+    address once."""
     jobs = {}
     seen = {}
-    for job, addresses in config["cluster"].items():
+    for job, addresses in cluster.items():
         if job not in _JOBS:
             raise UserError(
                 f"TF_CONFIG: unknown job type {job!r} in the cluster (t2t_lite "
@@ -116,7 +124,11 @@ def read_tf_config(raw=None):
         )
     if not any(jobs.values()):
         raise UserError('TF_CONFIG: the cluster has no "chief" or "worker" task.')
-    task = config.get("task")
+    return jobs
+
+
+def _checked_task(task, jobs):
+    """TF_CONFIG's "task": (type, index) of a task that `jobs` has."""
     if not isinstance(task, dict):
         raise UserError(
             'TF_CONFIG needs "task": {"type": "worker", "index": I} naming this '
@@ -136,7 +148,7 @@ def read_tf_config(raw=None):
             f"{len(jobs[task_type])} {task_type} task(s) (0 to "
             f"{len(jobs[task_type]) - 1})."
         )
-    return Cluster(jobs, task_type, index)
+    return task_type, index
 
 
 def resolve_cluster(source="auto", port_base=slurm.DEFAULT_PORT, environ=None):

@@ -129,7 +129,7 @@ class RunConfig:
         "never deleted by keep_checkpoint_max); bleu needs a translation problem.",
         choices=EVAL_METRICS,
     )
-    eval_early_stopping_metric_minimize: typing.Optional[bool] = option(
+    eval_early_stopping_metric_minimize: bool | None = option(
         None,
         "Whether lower is better for that metric (default: True for loss, False for "
         "accuracy, sequence_accuracy and bleu).",
