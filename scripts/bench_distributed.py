@@ -5,7 +5,7 @@ in a fresh child process (this script with --child=...); the parent only starts 
 children and prints. Three parts (--parts):
 
 1. throughput   2 logical CPU devices x n=2 (MirroredStrategy from
-                t2t_lite.training.distribution.make_strategy(2)) vs 1 device x n=4
+                t2t_lite.training.cluster.distribution.make_strategy(2)) vs 1 device x n=4
                 (the default strategy): the same tokens per update (batch_size x 4
                 micro-batches) and the SAME micro-batches in the same windows: the
                 first --distinct_batches token-bucketed micro-batches of --problem,
@@ -60,8 +60,8 @@ import benchlib
 import tensorflow as tf
 
 from t2t_lite.registry import PROBLEMS
-from t2t_lite.training.distribution import make_strategy
-from t2t_lite.training.inputs import ReplicaInputs
+from t2t_lite.training.cluster.distribution import make_strategy
+from t2t_lite.training.opening.inputs import ReplicaInputs
 
 PARTS = ("throughput", "input", "collectives")
 CONFIGS = {"single": (1, 4), "mirrored": (2, 2)}  # name: (worker_gpu, n)

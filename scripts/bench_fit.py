@@ -81,7 +81,7 @@ per-round ratios t2t_recompute / t2t_f32. Both are timed in the same round but i
 different processes one after the other, so other load on the machine that comes
 and goes skews the wall-clock ratio; the CPU-time ratio is less sensitive to it.
 
-The auto-fit: t2t_lite's own probe, training.auto_batch.probe_batch_size, as the
+The auto-fit: t2t_lite's own probe, training.opening.auto_batch.probe_batch_size, as the
 trainer calls it for batch_size=0 (on the run itself, built with one sentence per
 micro-batch; --budget_gb, headroom 0.1, max_length --length, an effective_batch_size
 far above the answer), in a fresh child per --autofit_configs entry (everything
@@ -571,7 +571,7 @@ def child_steps(args, name):
 def child_autofit(args, name):
     """probe_batch_size under --budget_gb, alone in this process."""
     from t2t_lite.optim.batch_plan import largest_micro_batch
-    from t2t_lite.training.auto_batch import probe_batch_size
+    from t2t_lite.training.opening.auto_batch import probe_batch_size
 
     started = time.perf_counter()
     spec = spec_of(args)

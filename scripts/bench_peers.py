@@ -411,7 +411,7 @@ class T2TSession:
         import keras
         import tensorflow as tf
 
-        from t2t_lite.training.build import build_run
+        from t2t_lite.training.opening.build import build_run
 
         hp = t2t_hparams(spec, DTYPES[name])
         if name == "t2t_xla":

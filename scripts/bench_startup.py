@@ -34,7 +34,7 @@ def child(args):
     import numpy as np
     import tensorflow as tf
 
-    from t2t_lite.training.evaluation import Evaluator
+    from t2t_lite.training.reporting.evaluation import Evaluator
 
     if args.config == "autograph":
         # graph_function looks tf.function up when it is called: force AutoGraph on.

@@ -131,7 +131,7 @@ def noise_ops_ms(run, batches, repeats=20):
     drift between processes that hides it in tokens/s."""
     import tensorflow as tf
 
-    from t2t_lite.training.noise_scale import NoiseScale
+    from t2t_lite.training.step.noise_scale import NoiseScale
 
     total = 0.0
     for batch in batches:

@@ -67,7 +67,7 @@ from t2t_lite.data.pipeline import (
 )
 from t2t_lite.optim.batch_plan import accumulate_steps
 from t2t_lite.registry import PROBLEMS
-from t2t_lite.training.build import build_run
+from t2t_lite.training.opening.build import build_run
 
 CONFIGS = {"plain": (False, False), "padded": (True, False), "xla": (True, True)}
 TRANSLATION_OVERRIDES = (

@@ -5,7 +5,7 @@ absolute number from another run means little. What they share:
 
 - `environment()` / `load_average()`: the context line every report starts with.
 - `hparams()`, `build_seeded_run()`, `build_seeded_model()`: runs and models built the
-  trainer's way (`t2t_lite.training.build.build_run`,
+  trainer's way (`t2t_lite.training.opening.build.build_run`,
   `t2t_lite.models.factory.build_model`), never re-assembled by hand.
 - `fixed_batches()`: micro-batches drawn once from a problem's real token-batched
   pipeline, so that every configuration consumes the same data.
@@ -40,8 +40,8 @@ from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.models.factory import build_model, example_features
 from t2t_lite.registry import HPARAMS_SETS, MODELS
-from t2t_lite.training.build import build_run
-from t2t_lite.training.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.opening.build import build_run
 
 
 def batch_signature():

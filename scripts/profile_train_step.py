@@ -1,6 +1,6 @@
 """Profile: where the wall time of a t2t-trainer run goes, per micro-step.
 
-Runs the real training loop, t2t_lite.training.trainer.Trainer.train(), unmodified, with
+Runs the real training loop, t2t_lite.training.loop.trainer.Trainer.train(), unmodified, with
 a RunConfig like configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on
 algorithmic_reverse, 2000 micro-steps, save and eval every 500) in a temporary
 output_dir, and times its parts through the Trainer's timing callbacks (`on_input`,
@@ -55,7 +55,7 @@ import tensorflow as tf
 from absl import logging
 
 import t2t_lite
-from t2t_lite.training.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import RunConfig, Trainer
 
 
 def parse_args(argv):

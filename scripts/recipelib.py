@@ -40,8 +40,8 @@ from t2t_lite.decoding.loading import restore_model
 from t2t_lite.errors import first_line
 from t2t_lite.hparams_checks import validate
 from t2t_lite.registry import HPARAMS_SETS
-from t2t_lite.training.evaluation import BleuEvaluator
-from t2t_lite.training.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.reporting.evaluation import BleuEvaluator
 
 # Training runs until the clock says stop; train_steps only has to be out of reach
 # (and a multiple of every window size, so no warning about an unfinished window).

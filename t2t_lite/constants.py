@@ -12,5 +12,5 @@ NEG_INF = -1e9  # T2T's large negative attention bias / score for excluded posit
 # early stopping, t2t-plot): bleu only for problems with dev text and BLEU enabled.
 EVAL_METRICS = ("loss", "accuracy", "sequence_accuracy", "bleu")
 # How the batch went (TensorBoard train/, metrics.jsonl, t2t-plot): the planned tokens
-# per update and the gradient noise scale (training/noise_scale.py), both in tokens.
+# per update and the gradient noise scale (training/step/noise_scale.py), both in tokens.
 BATCH_CURVES = ("noise_scale", "tokens_per_update")

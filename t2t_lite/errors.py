@@ -8,7 +8,7 @@ The CLIs catch UserError and print its message as one line, without a traceback
 import tensorflow as tf
 
 # What a collective or the coordination service raises when another worker is gone
-# (training/lost_worker.py words it for the user):
+# (training/cluster/lost_worker.py words it for the user):
 _PEER_ERRORS = (
     tf.errors.UnavailableError,
     tf.errors.CancelledError,

@@ -18,7 +18,7 @@ _POSITIVE = (
     "max_consecutive_bad_updates",
 )
 _NON_NEGATIVE = (
-    "batch_size",  # 0: auto (training/auto_batch.py)
+    "batch_size",  # 0: auto (training/opening/auto_batch.py)
     "max_length",
     "optimizer_multistep_accumulate_steps",
     "clip_grad_norm",

@@ -66,7 +66,7 @@ def transformer_base():  # noqa: PLR0915
     # (optim/batch_plan.py, docs/batch.md):
     d("batch_size_schedule", "")
     # Measure the gradient noise scale (critical batch size, in tokens) whenever a
-    # window holds two or more micro-batches (training/noise_scale.py):
+    # window holds two or more micro-batches (training/step/noise_scale.py):
     d("log_noise_scale", True)
     d("noise_scale_decay", 0.95)  # its moving average's decay per update
     d("clip_grad_norm", 0.0)  # global-norm clipping per update; 0: off

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.build import build_run
+from t2t_lite.training.opening.build import build_run
 
 VOCAB = 12
 

@@ -30,7 +30,7 @@ from window_reference import (
     split_into_windows,
 )
 
-from t2t_lite.training.build import build_run
+from t2t_lite.training.opening.build import build_run
 
 REPLICAS = 2
 WINDOWS = [1, 1, 2, 2, 4, 4]

@@ -25,7 +25,7 @@ pass) leaves replica 0's accumulators and noise-scale sums, and the counters, as
 were: a retry of the micro-batch must not count replica 0's share twice.
 
 The momentum case runs once more under a simulated memory limit that makes
-micro-batches split (training/out_of_memory.py): both replicas' shares halved alike,
+micro-batches split (training/step/out_of_memory.py): both replicas' shares halved alike,
 some down to one sentence beside an empty share, and the same reference must hold.
 
 Prints one JSON line.
@@ -45,9 +45,9 @@ tf.config.set_logical_device_configuration(
 from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 
 from t2t_lite.models.losses import token_loss
-from t2t_lite.training.build import build_run
-from t2t_lite.training.out_of_memory import SimulatedMemory
-from t2t_lite.training.train_step import TrainStep
+from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.step.out_of_memory import SimulatedMemory
+from t2t_lite.training.step.train_step import TrainStep
 
 N, REPLICAS, UPDATES = 3, 2, 4
 CONSTANT, MOMENTUM = 0.5, 0.9

@@ -32,7 +32,7 @@ tf.config.set_logical_device_configuration(
 import t2t_lite  # noqa: F401
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import RunConfig, Trainer
 
 N = 3
 

@@ -13,7 +13,7 @@ import signal
 
 from t2t_lite.bin.trainer import run
 from t2t_lite.runs.checkpoints import CheckpointKeeper
-from t2t_lite.training.train_step import TrainStep
+from t2t_lite.training.step.train_step import TrainStep
 
 
 def _step(name):

@@ -1,8 +1,8 @@
-"""batch_size=0 (auto, training/auto_batch.py): the micro-batch is the largest whose
+"""batch_size=0 (auto, training/opening/auto_batch.py): the micro-batch is the largest whose
 update step fits, n follows from the tokens per update asked for, and a resumed run
 reuses the recorded result without probing.
 
-Memory is limited through SimulatedMemory (training/out_of_memory.py): a step over
+Memory is limited through SimulatedMemory (training/step/out_of_memory.py): a step over
 `max_tokens` padded tokens raises the ResourceExhaustedError a device would.
 """
 
@@ -21,10 +21,14 @@ from t2t_lite.hparams import HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import transformer_test
 from t2t_lite.optim.batch_plan import largest_micro_batch
-from t2t_lite.training.auto_batch import AutoBatchError, _largest, probe_batch_size
-from t2t_lite.training.build import build_run
-from t2t_lite.training.out_of_memory import MicroBatchTooLarge, SimulatedMemory
-from t2t_lite.training.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.opening.auto_batch import (
+    AutoBatchError,
+    _largest,
+    probe_batch_size,
+)
+from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.step.out_of_memory import MicroBatchTooLarge, SimulatedMemory
 
 MAX_LENGTH = 32  # transformer_test's
 EFFECTIVE = 600  # tokens per update

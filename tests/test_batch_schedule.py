@@ -35,7 +35,7 @@ from t2t_lite.optim.batch_plan import (
     register_batch_plan,
 )
 from t2t_lite.registry import MODELS
-from t2t_lite.training.build import build_run
+from t2t_lite.training.opening.build import build_run
 
 # --- plans ------------------------------------------------------------------------
 
@@ -440,7 +440,7 @@ def test_a_checkpoint_from_before_windows_resumes_inside_its_window(tmp_path):
     (an older version's), saved at micro-step 7 of n=3: it restores, and the window
     is taken as global_step mod n (position 1 of 3), so the run finishes it."""
     from t2t_lite.runs.checkpoints import CheckpointKeeper
-    from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
+    from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=3)
     old = build_run(hp, vocab_size=VOCAB, train_steps=9)

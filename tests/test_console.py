@@ -18,10 +18,10 @@ from cli_helpers import finish_cli, start_cli, tiny_trainer_flags
 
 from t2t_lite.models.losses import token_loss
 from t2t_lite.runs.checkpoints import CheckpointKeeper
-from t2t_lite.training.build import build_run
-from t2t_lite.training.progress import ThroughputMeter, format_seconds
-from t2t_lite.training.run_info import grad_norm_text
-from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
+from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.reporting.progress import ThroughputMeter, format_seconds
+from t2t_lite.training.reporting.run_info import grad_norm_text
+from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
 # What TensorFlow prints on this kind of machine unless told not to (the CUDA and
 # oneDNN lines depend on the machine; "Sharding callback" on TF's Python code).

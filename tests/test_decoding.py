@@ -18,7 +18,7 @@ from t2t_lite.errors import UserError
 from t2t_lite.models.config import TransformerConfig
 from t2t_lite.models.layers import shift_right
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.training.evaluation import BleuEvaluator
+from t2t_lite.training.reporting.evaluation import BleuEvaluator
 
 
 def _random_model(seed=0, layers=2, vocab_size=24):

@@ -17,8 +17,8 @@ import pytest
 from test_distributed import checkpointed_state, launch_workers, newest_step
 
 from t2t_lite.errors import UserError
-from t2t_lite.training.distribution import read_tf_config
-from t2t_lite.training.lost_worker import lost_tasks, newest_common_step
+from t2t_lite.training.cluster.distribution import read_tf_config
+from t2t_lite.training.cluster.lost_worker import lost_tasks, newest_common_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -254,7 +254,7 @@ def test_an_unnamed_lost_peer_of_two_is_the_other_worker(tmp_path):
     import tensorflow as tf
 
     from t2t_lite.errors import is_peer_failure
-    from t2t_lite.training.lost_worker import worker_lost
+    from t2t_lite.training.cluster.lost_worker import worker_lost
 
     error = tf.errors.DeadlineExceededError(
         None, None, "Collective ops is aborted by: Deadline Exceeded"

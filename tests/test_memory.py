@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 
-from t2t_lite.training.build import build_run
+from t2t_lite.training.opening.build import build_run
 
 N = 4
 WINDOWS = 3  # measured after the first, which traces

@@ -24,8 +24,8 @@ from accumulation_helpers import (
 from cli_helpers import run_cli
 
 from t2t_lite.models.losses import token_loss
-from t2t_lite.training.build import build_run
-from t2t_lite.training.loss_scale import INITIAL_SCALE
+from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.step.loss_scale import INITIAL_SCALE
 
 LOW_DTYPES = ("bfloat16", "float16")
 

@@ -1,5 +1,5 @@
 """A micro-batch that runs out of memory is split and accumulated in halves
-(training/out_of_memory.py, docs/design.md §2.7): the run ends with the weights of
+(training/step/out_of_memory.py, docs/design.md §2.7): the run ends with the weights of
 a run that never ran out, the counters see one micro-batch per micro-batch, and a
 failed call leaves the state as it was.
 
@@ -18,7 +18,7 @@ from accumulation_helpers import (
 )
 from window_reference import drive
 
-from t2t_lite.training.out_of_memory import (
+from t2t_lite.training.step.out_of_memory import (
     MicroBatchTooLarge,
     SimulatedMemory,
     StepOutOfMemory,

@@ -30,8 +30,8 @@ from t2t_lite import hparams_checks
 from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.batch_plan import plan_from_hparams
 from t2t_lite.optim.schedule import BatchClock, schedule_from_hparams
-from t2t_lite.training.build import build_run
-from t2t_lite.training.trainer import simulation_line
+from t2t_lite.training.loop.trainer import simulation_line
+from t2t_lite.training.opening.build import build_run
 
 WINDOWS = [1, 1, 2, 2, 4, 4]  # window_reference.RAMP's first six windows
 EXPONENTS = {"sqrt": 0.5, "linear": 1.0}

@@ -13,7 +13,7 @@ from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.trainer import DivergenceError, RunConfig, Trainer
+from t2t_lite.training.loop.trainer import DivergenceError, RunConfig, Trainer
 
 pytestmark = pytest.mark.slow  # every test trains and checkpoints real runs
 

@@ -1,4 +1,4 @@
-"""Run options declared once (training/run_config.py): RunConfig checks itself, the
+"""Run options declared once (training/opening/run_config.py): RunConfig checks itself, the
 t2t-trainer flags are generated from it, and docs/training.md's table is its own."""
 
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 from absl import flags
 from cli_helpers import _activate
 
-from t2t_lite.training.run_config import (
+from t2t_lite.training.opening.run_config import (
     RunConfig,
     RunConfigError,
     flag_specs,
@@ -101,7 +101,7 @@ def test_docs_flag_table_is_generated_from_run_config():
     table = text[text.index(begin) + len(begin) : text.index(end)]
     assert table == markdown_table(), (
         "docs/training.md's flag table is stale: regenerate it with "
-        "python -c 'from t2t_lite.training.run_config import markdown_table; "
+        "python -c 'from t2t_lite.training.opening.run_config import markdown_table; "
         "print(markdown_table())'"
     )
     for spec in flag_specs():

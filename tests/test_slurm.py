@@ -11,7 +11,7 @@ from cli_helpers import assert_user_error, run_cli, run_cli_subprocess
 from test_distributed import _assert_workers_agree, _free_port, finish, launch_workers
 
 from t2t_lite.errors import UserError
-from t2t_lite.training.distribution import check_port_free, resolve_cluster
+from t2t_lite.training.cluster.distribution import check_port_free, resolve_cluster
 
 
 def srun_env(rank, nodelist="localhost", tasks_per_node="2", tasks=2, **more):
@@ -55,7 +55,7 @@ def test_tasks_are_numbered_node_after_node_in_slurms_order():
 
 
 def test_tensorflows_resolver_orders_nodes_as_strings(monkeypatch):
-    """Why training/slurm.py assembles the cluster itself: SlurmClusterResolver
+    """Why training/cluster/slurm.py assembles the cluster itself: SlurmClusterResolver
     gives node10 the first addresses, so SLURM's task 0 (on node9) would take
     node10's."""
     import tensorflow as tf

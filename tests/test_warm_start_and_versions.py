@@ -15,8 +15,8 @@ from t2t_lite.decoding.loading import load_for_decoding
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
 from t2t_lite.runs import warm_start as warm_start_module
-from t2t_lite.training import open_run
-from t2t_lite.training.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.opening import open_run
 
 
 def _trainer(output_dir, train_steps, hp=None, problem="algorithmic_reverse", **kw):

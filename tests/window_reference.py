@@ -20,7 +20,7 @@ import tensorflow as tf
 from accumulation_helpers import VOCAB, tiny_hparams
 
 from t2t_lite.models.losses import token_loss
-from t2t_lite.training.build import build_run
+from t2t_lite.training.opening.build import build_run
 
 CONSTANT, MOMENTUM, DECAY = 0.5, 0.9, 100
 ADAM_EPSILON = 1e-3  # large enough that the update is not sign(m): ε matters

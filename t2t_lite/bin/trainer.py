@@ -15,15 +15,15 @@ from t2t_lite.errors import UserError
 from t2t_lite.fileio import write_atomically
 from t2t_lite.hparams_checks import validate
 from t2t_lite.runs.warm_start import resolve_checkpoint
-from t2t_lite.training import slurm
-from t2t_lite.training.distribution import CLUSTER_SOURCES, make_strategy
-from t2t_lite.training.run_config import flag_specs
-from t2t_lite.training.trainer import RunConfig, RunConfigError, Trainer
+from t2t_lite.training.cluster import slurm
+from t2t_lite.training.cluster.distribution import CLUSTER_SOURCES, make_strategy
+from t2t_lite.training.loop.trainer import RunConfig, RunConfigError, Trainer
+from t2t_lite.training.opening.run_config import flag_specs
 
 FLAGS = flags.FLAGS
 FLAGS_FILE = "flags.txt"
 # The run options (RunConfig's fields: --problem, --output_dir, --train_steps, ...)
-# are declared once, in training/run_config.py; these flags are generated from them.
+# are declared once, in training/opening/run_config.py; these flags are generated from them.
 common.define_flags(flag_specs(), __name__)
 flags.DEFINE_string("hparams_set", "transformer_base", "Registered hparams set.")
 flags.DEFINE_string(

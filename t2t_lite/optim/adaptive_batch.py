@@ -1,6 +1,6 @@
 """batch_size_schedule=adaptive:MIN,MAX[,EVERY[,FRACTION]] (or `adaptive`: from two
 micro-batches to 64): tokens per update that follow the measured gradient noise scale
-(training/noise_scale.py, docs/design.md §2.8).
+(training/step/noise_scale.py, docs/design.md §2.8).
 
 The run starts at MIN tokens per update. Every EVERY updates (default 100) it decides
 once: the new target is FRACTION (default 1) times the noise scale B_simple, but never
@@ -69,7 +69,7 @@ class AdaptiveWindows(BatchPlan):
 
     def create_state(self):
         """The target and the last decision's update, as variables; call under the
-        run's strategy scope (training/build.py does)."""
+        run's strategy scope (training/opening/build.py does)."""
         self.state = tf.Module(name="adaptive_batch")
         with self.state.name_scope:
             self.state.target = plan_variable(self.minimum, "target_tokens")

@@ -4,7 +4,7 @@
 A run's update u is one accumulation window of `size(u)` micro-batches of
 `micro_batch_tokens` tokens (batch_size × replicas, padding included), decided when
 the window starts; `tokens(u)` is what that window is planned to hold. `build_run`
-(training/build.py) builds the run's plan once, with `plan_from_hparams`, and hands
+(training/opening/build.py) builds the run's plan once, with `plan_from_hparams`, and hands
 the same object to the train step (which sizes windows with it), the learning-rate
 schedule (which counts updates or tokens with it) and the loop.
 
@@ -87,7 +87,7 @@ class BatchPlan:
 
     def adopt_state(self, other):
         """Takes over `other`'s checkpointed variables (a re-planned run keeps
-        its state, training/build.py replan)."""
+        its state, training/opening/build.py replan)."""
         self.state = other.state
 
     def decide(self, update, noise_scale):
@@ -124,7 +124,7 @@ class BatchPlan:
 
     def largest_micro_batch(self, replicas):
         """The most tokens one replica's micro-batch may hold under this plan
-        (batch_size=0's probe stops there, training/auto_batch.py)."""
+        (batch_size=0's probe stops there, training/opening/auto_batch.py)."""
         return self.smallest_tokens() // replicas
 
     def describe(self):

@@ -2,7 +2,7 @@
 
 The Keras optimizers are used for their update rules only. Gradient normalization,
 weight decay and clipping are done by t2t_lite once per update on the accumulated
-gradient (see training/train_step.py), so none of Keras's `global_clipnorm`,
+gradient (see training/step/train_step.py), so none of Keras's `global_clipnorm`,
 `weight_decay` or `gradient_accumulation_steps` options is ever turned on: Keras's
 built-in accumulation evaluates schedules on micro-steps and averages micro-batch
 means, which is not what docs/design.md §2 asks for.

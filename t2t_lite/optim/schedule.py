@@ -161,7 +161,7 @@ SCHEDULE_UNITS = ("updates", "tokens")
 
 class BatchClock(tf.Module):
     """What a learning rate that follows the batch reads, kept by the train step
-    (training/train_step.py) and checkpointed with it.
+    (training/step/train_step.py) and checkpointed with it.
 
     window_tokens: the planned tokens of the window being trained (its size × the
     micro-batch's tokens), set when the window starts. tokens_trained: the planned

@@ -235,7 +235,7 @@ class CheckpointKeeper:
             if is_peer_failure(e):
                 # Reading replica-local variables for the save is a collective:
                 # another worker is gone, the output_dir is fine. The trainer
-                # says so (training/lost_worker.py).
+                # says so (training/cluster/lost_worker.py).
                 raise
             raise UserError(
                 f"cannot write checkpoint {number} to output_dir "

@@ -6,10 +6,10 @@
 - A cluster of more than one worker: MultiWorkerMirroredStrategy, TensorFlow's
   collective all-reduce between hosts (and over each host's local GPUs), with the
   coordination service's heartbeat timeout set so that a lost worker ends the others
-  (training/lost_worker.py words it).
+  (training/cluster/lost_worker.py words it).
 
 The cluster comes from TF_CONFIG or from the SLURM job step srun started this process
-in (training/slurm.py), as `cluster_source` says (resolve_cluster). Either way it is
+in (training/cluster/slurm.py), as `cluster_source` says (resolve_cluster). Either way it is
 checked here, at the boundary (read_tf_config): TensorFlow itself ignores some
 mistakes (a task index beyond a one-task cluster trains alone, into the shared
 output_dir) and answers others with a traceback. A SLURM cluster is written to
@@ -28,7 +28,7 @@ from absl import logging
 
 from t2t_lite.errors import UserError
 from t2t_lite.graph import graph_function
-from t2t_lite.training import slurm
+from t2t_lite.training.cluster import slurm
 
 _JOBS = ("chief", "worker")
 CLUSTER_SOURCES = ("auto", "tf_config", "slurm", "none")
@@ -157,7 +157,7 @@ def resolve_cluster(source="auto", port_base=slurm.DEFAULT_PORT, environ=None):
     source: "tf_config" (TF_CONFIG, which must be set), "slurm" (the SLURM step srun
     started this task in), "none" (this host alone, whatever is set) or "auto":
     TF_CONFIG when it is set (the explicit choice), else a SLURM step of more than
-    one task, else none. port_base: a SLURM node's first port (training/slurm.py)."""
+    one task, else none. port_base: a SLURM node's first port (training/cluster/slurm.py)."""
     environ = os.environ if environ is None else environ
     if source not in CLUSTER_SOURCES:
         raise UserError(

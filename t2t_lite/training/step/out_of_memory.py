@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from t2t_lite.constants import PAD_ID
 from t2t_lite.errors import UserError
-from t2t_lite.training.distribution import num_workers, worker_index
+from t2t_lite.training.cluster.distribution import num_workers, worker_index
 
 
 class MicroBatchTooLarge(UserError):

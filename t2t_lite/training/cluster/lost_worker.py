@@ -2,7 +2,7 @@
 restart from the same step on every worker.
 
 When a worker's process dies (killed, out of memory, its machine gone), TensorFlow's
-coordination service notices the missing heartbeat (training/distribution.py sets
+coordination service notices the missing heartbeat (training/cluster/distribution.py sets
 its timeout) and aborts the collectives of every other worker. What reaches Python
 is an UnavailableError (or Cancelled/Aborted/DeadlineExceeded/Internal) whose text
 names a collective op and, usually, the task that stopped sending heartbeats. Here
@@ -18,7 +18,7 @@ from absl import logging
 from t2t_lite.errors import UserError
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.checkpoints import checkpoints_on_disk
-from t2t_lite.training.distribution import gather_workers
+from t2t_lite.training.cluster.distribution import gather_workers
 
 _TASK = re.compile(r"/job:(chief|worker)/replica:\d+/task:(\d+)")
 

@@ -1,7 +1,7 @@
-"""Training: an open run (training/open_run.py) and a short loop whose side work is
-done by hooks (training/hooks.py).
+"""Training: an open run (training/opening/open_run.py) and a short loop whose side work is
+done by hooks (training/loop/hooks.py).
 
-Library code: it takes a `RunConfig` (training/run_config.py) and an HParams, never
+Library code: it takes a `RunConfig` (training/opening/run_config.py) and an HParams, never
 flags (bin/trainer.py generates the flags from RunConfig).
 """
 
@@ -12,14 +12,14 @@ from absl import logging
 
 from t2t_lite.errors import is_peer_failure
 from t2t_lite.optim.schedule import RATE_RULES, reference_tokens
-from t2t_lite.training import out_of_memory
-from t2t_lite.training.hooks import Loop, default_hooks
-from t2t_lite.training.lost_worker import worker_lost
-from t2t_lite.training.open_run import OpenRun
-from t2t_lite.training.preemption import StopRequest
-from t2t_lite.training.run_config import RunConfig, RunConfigError
-from t2t_lite.training.run_info import write_hparams_summary
-from t2t_lite.training.run_state import DivergenceError
+from t2t_lite.training.cluster.lost_worker import worker_lost
+from t2t_lite.training.loop.hooks import Loop, default_hooks
+from t2t_lite.training.loop.preemption import StopRequest
+from t2t_lite.training.opening.open_run import OpenRun
+from t2t_lite.training.opening.run_config import RunConfig, RunConfigError
+from t2t_lite.training.reporting.run_info import write_hparams_summary
+from t2t_lite.training.reporting.run_state import DivergenceError
+from t2t_lite.training.step import out_of_memory
 
 # Callers import these from here, the module that runs training:
 __all__ = [
@@ -84,7 +84,7 @@ class Trainer(OpenRun):
     """An open run that trains: `train()` resumes, loops over micro-steps and
     returns the final evaluation.
 
-    callbacks: extra hooks after the default ones (training/hooks.py), e.g. the
+    callbacks: extra hooks after the default ones (training/loop/hooks.py), e.g. the
     profilers' timers in scripts/. simulated_memory: see OpenRun.
     """
 
@@ -148,7 +148,7 @@ class Trainer(OpenRun):
 
     def _loop(self, inputs, loop):
         """Micro-steps from loop.start to train_steps, window by window (each
-        window's size is decided when it starts, training/train_step.py); the
+        window's size is decided when it starts, training/step/train_step.py); the
         hooks do everything else."""
         self.notify("begin", loop)
         step, train_steps, last_size = loop.start, self.config.train_steps, None

@@ -18,7 +18,7 @@ cluster itself is assembled here, because the resolver's cluster_spec()
   (`--gpus-per-task`) has already given each task its GPUs, which
   MultiWorkerMirroredStrategy uses as it does under TF_CONFIG.
 
-The result is a TF_CONFIG (training/distribution.py checks it as the user's and sets
+The result is a TF_CONFIG (training/cluster/distribution.py checks it as the user's and sets
 it), so everything after start-up is the TF_CONFIG path.
 """
 

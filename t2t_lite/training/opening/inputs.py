@@ -16,7 +16,7 @@ and leave the others waiting in an all-reduce.
 """
 
 from t2t_lite.errors import UserError
-from t2t_lite.training.distribution import num_workers, worker_index
+from t2t_lite.training.cluster.distribution import num_workers, worker_index
 
 
 def iterator_name(replica):

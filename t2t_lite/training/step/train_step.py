@@ -16,7 +16,7 @@ calls `accumulate` for all but the window's last micro-batch and
 resumed mid-window finishes the window it was in. With a fixed n of 1 there are no
 accumulators: the update body uses the micro-batch's gradient directly.
 
-The gradient noise scale (training/noise_scale.py) is measured on the way when a
+The gradient noise scale (training/step/noise_scale.py) is measured on the way when a
 window holds more than one micro-batch: a squared norm per micro-batch, summed into
 replica-local statistics that ride the update's all-reduce.
 
@@ -32,14 +32,14 @@ communication. Tested with MirroredStrategy over logical CPUs and with
 MultiWorkerMirroredStrategy across processes.
 
 Out of memory: a micro-batch whose step raises ResourceExhaustedError is split by
-sentences and accumulated in halves (training/out_of_memory.py). For that, a failed
+sentences and accumulated in halves (training/step/out_of_memory.py). For that, a failed
 call must leave the state as it was: every write waits for the forward and backward
 pass of every local replica (`_computed`), an update's other writes wait for the
 optimizer's apply, and the counters for the body's outputs.
 
 Mixed precision: the model computes in its policy's dtype; gradients, accumulators and
 all update arithmetic are float32. Under float16 a `DynamicLossScale`
-(training/loss_scale.py) scales each micro-batch's loss in `_gradients`; `_update`
+(training/step/loss_scale.py) scales each micro-batch's loss in `_gradients`; `_update`
 unscales once, on the summed gradient, and an overflow skips the whole update.
 """
 
@@ -53,9 +53,9 @@ from t2t_lite.optim.batch_plan import FixedWindows
 from t2t_lite.optim.optimizers import skip_keras_all_reduce
 from t2t_lite.optim.schedule import BatchClock
 from t2t_lite.optim.weight_decay import add_weight_decay
-from t2t_lite.training import out_of_memory
-from t2t_lite.training.noise_scale import NoiseScale
-from t2t_lite.training.traced_once import TracedOnce
+from t2t_lite.training.step import out_of_memory
+from t2t_lite.training.step.noise_scale import NoiseScale
+from t2t_lite.training.step.traced_once import TracedOnce
 
 # Checkpoint items newer than some checkpoints in existence: restoring a checkpoint
 # without one leaves it at its initial value (runs/checkpoints.py, `optional`).
@@ -184,7 +184,7 @@ class TrainStep:
         return self.plan.n if self.plan.constant else None
 
     def set_plan(self, plan):
-        """Trains on with `plan` (a re-planned run, training/build.py replan): it
+        """Trains on with `plan` (a re-planned run, training/opening/build.py replan): it
         keeps the old plan's checkpointed state, and the step is traced anew."""
         plan.adopt_state(self.plan)
         self.plan = plan
@@ -244,7 +244,7 @@ class TrainStep:
 
     def train_on(self, batch, closes_window):
         """One micro-step of the current window; the last one updates. A micro-batch
-        that does not fit in memory is split (training/out_of_memory.py)."""
+        that does not fit in memory is split (training/step/out_of_memory.py)."""
         return self._fitted(batch, "update" if closes_window else "accumulate")
 
     def _fitted(self, batch, kind):
@@ -265,7 +265,7 @@ class TrainStep:
 
     def probe(self, batch):
         """One accumulate-and-update step on `batch` as it is, never split: the
-        auto batch size's probe (training/auto_batch.py), which puts the run's
+        auto batch size's probe (training/opening/auto_batch.py), which puts the run's
         state back afterwards. Raises ResourceExhaustedError when the step does
         not fit."""
         if self.simulated_memory is not None:
@@ -461,7 +461,7 @@ class TrainStep:
         (weights, slots and the update count stay as they were) and is counted; the
         loop stops the run after `max_consecutive_bad_updates` in a row. Under loss
         scaling, a finite loss with a non-finite gradient is an overflow instead: the
-        update is skipped and the scale lowered (see training/loss_scale.py).
+        update is skipped and the scale lowered (see training/step/loss_scale.py).
         Returns the window's all-reduced loss sum, token count and stop votes (and
         the noise scale when measured: `noise` holds this replica's window sums).
         """
@@ -508,7 +508,7 @@ class TrainStep:
             finite_loss & finite_gradients, overflow, gradients, clipped
         )
         # What else this update writes waits for the apply (or skip), so that a
-        # call that fails before it has written nothing (training/out_of_memory.py).
+        # call that fails before it has written nothing (training/step/out_of_memory.py).
         with tf.control_dependencies([done]):
             self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
             self._count_planned(finite_loss & finite_gradients, rate)

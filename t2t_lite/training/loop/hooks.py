@@ -1,6 +1,6 @@
 """The training loop's hooks: what happens between steps, one concern per hook.
 
-training/trainer.py's loop only steps; after every micro-step it hands a `Loop` (the
+training/loop/trainer.py's loop only steps; after every micro-step it hands a `Loop` (the
 loop's state) to each hook's `after_step`, in order, until one ends the loop, and to
 `at_end` once the last step is done. The order is the contract:
 
@@ -19,14 +19,14 @@ each took (the same `notify` calls these events).
 
 import dataclasses
 
-from t2t_lite.training.progress import ThroughputMeter
+from t2t_lite.training.reporting.progress import ThroughputMeter
 
 
 @dataclasses.dataclass
 class Loop:
     """What the hooks share while a run trains."""
 
-    stop: object  # training/preemption.py's StopRequest
+    stop: object  # training/loop/preemption.py's StopRequest
     start: int  # the global step the loop started from
     many_workers: bool
     done: int = 0  # global steps done, this step included

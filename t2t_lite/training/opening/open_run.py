@@ -1,14 +1,14 @@
 """Opening a training run: everything a run is built from, apart from running it.
 
 `OpenRun(config, hp, strategy)` looks up the names, loads the problem, guards the run
-directory, seeds, builds model/schedule/optimizer/train step (training/build.py),
+directory, seeds, builds model/schedule/optimizer/train step (training/opening/build.py),
 evaluators, the checkpoint keeper and the logs, and offers what the loop and the
-tests do with them: restore, save, evaluate, datasets. training/trainer.py adds the
+tests do with them: restore, save, evaluate, datasets. training/loop/trainer.py adds the
 loop; nothing here iterates over steps.
 
 Distribution (a MirroredStrategy or MultiWorkerMirroredStrategy, see
-training/distribution.py): every replica reads its own shard through a checkpointed
-iterator (training/inputs.py); every worker takes part in each checkpoint save
+training/cluster/distribution.py): every replica reads its own shard through a checkpointed
+iterator (training/opening/inputs.py); every worker takes part in each checkpoint save
 (reading replica-local accumulators is a collective); the chief writes the run's
 files (hparams.json, run.json, metrics.jsonl, TensorBoard, checkpoints) and
 evaluates while the others wait at the next all-reduce. Other workers keep their own
@@ -30,20 +30,24 @@ from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import check_metric
 from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
 from t2t_lite.runs.warm_start import warm_start
-from t2t_lite.training.auto_batch import AutoBatch, AutoBatchError, probe_batch_size
-from t2t_lite.training.build import build_run, replan
-from t2t_lite.training.distribution import (
+from t2t_lite.training.cluster.distribution import (
     is_chief,
     num_workers,
     task,
     worker_index,
 )
-from t2t_lite.training.evaluation import BleuEvaluator, Evaluator
-from t2t_lite.training.inputs import ReplicaInputs
-from t2t_lite.training.lost_worker import restore_common_step
-from t2t_lite.training.run_info import check_train_steps_change
-from t2t_lite.training.run_state import RunLog, RunState
-from t2t_lite.training.train_step import OPTIONAL_CHECKPOINT_ITEMS
+from t2t_lite.training.cluster.lost_worker import restore_common_step
+from t2t_lite.training.opening.auto_batch import (
+    AutoBatch,
+    AutoBatchError,
+    probe_batch_size,
+)
+from t2t_lite.training.opening.build import build_run, replan
+from t2t_lite.training.opening.inputs import ReplicaInputs
+from t2t_lite.training.reporting.evaluation import BleuEvaluator, Evaluator
+from t2t_lite.training.reporting.run_info import check_train_steps_change
+from t2t_lite.training.reporting.run_state import RunLog, RunState
+from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
 
 class OpenRun:
@@ -52,7 +56,7 @@ class OpenRun:
 
     hooks: objects with any of on_input(seconds), on_step(step, seconds),
     on_save(seconds), on_evaluate(seconds) (profiling, see scripts/) and the loop's
-    events (training/hooks.py); `notify` calls them.
+    events (training/loop/hooks.py); `notify` calls them.
     """
 
     def __init__(self, config, hp, strategy=None, hooks=(), simulated_memory=None):
@@ -82,7 +86,7 @@ class OpenRun:
         )
         self.plan.check_workers(self.workers)
         self.n = self.plan.n if self.plan.constant else None  # None: windows vary
-        # Best checkpoint, early stopping, elapsed time (training/run_state.py):
+        # Best checkpoint, early stopping, elapsed time (training/reporting/run_state.py):
         self.run_state = RunState(
             config.output_dir,
             config.eval_early_stopping_metric,
@@ -109,7 +113,7 @@ class OpenRun:
             keep_every_n_hours=config.keep_checkpoint_every_n_hours,
             optional=OPTIONAL_CHECKPOINT_ITEMS,
         )
-        # TensorBoard, log lines, skipped updates (training/run_state.py):
+        # TensorBoard, log lines, skipped updates (training/reporting/run_state.py):
         self.run_log = RunLog(
             config.output_dir, self.chief, self.run, hp, self.checkpoints
         )
@@ -177,7 +181,7 @@ class OpenRun:
 
     def _open_auto_batch(self, simulated_memory):
         """batch_size=0: the run is built with one sentence per micro-batch, its
-        own step probes the largest micro-batch that fits (training/auto_batch.py;
+        own step probes the largest micro-batch that fits (training/opening/auto_batch.py;
         the state is put back afterwards), and the run is re-planned for it. A
         resume takes the micro-batch run.json recorded instead of probing."""
         config = self.config

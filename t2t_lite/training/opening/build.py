@@ -17,8 +17,8 @@ from t2t_lite.optim.optimizers import optimizer_from_hparams
 from t2t_lite.optim.schedule import BatchClock, schedule_from_hparams
 from t2t_lite.optim.token_adam import TokenHalfLifeAdam
 from t2t_lite.registry import MODELS
-from t2t_lite.training.loss_scale import DynamicLossScale
-from t2t_lite.training.train_step import TrainStep
+from t2t_lite.training.step.loss_scale import DynamicLossScale
+from t2t_lite.training.step.train_step import TrainStep
 
 
 @dataclasses.dataclass
@@ -77,7 +77,7 @@ def build_run(
         optimizer = _optimizer(hp, schedule, clock)
         loss_scale = None
         if hp.activation_dtype == "float16":
-            # The most tokens one micro-batch can hold (training/loss_scale.py).
+            # The most tokens one micro-batch can hold (training/step/loss_scale.py).
             loss_scale = DynamicLossScale(max(hp.batch_size, hp.max_length))
     step = TrainStep(
         the_model,
@@ -100,7 +100,7 @@ def build_run(
 
 def replan(run, hp, train_steps):
     """Gives a built run the micro-batch of `hp` (batch_size=0 resolved,
-    training/auto_batch.py): its window plan, the schedule that counts the updates
+    training/opening/auto_batch.py): its window plan, the schedule that counts the updates
     of that plan, the loss scale's micro-batch bound, and a fresh trace of the
     step. The variables stay: `run` was built with a smaller micro-batch, so with at
     least the accumulators and noise-scale state this plan needs."""

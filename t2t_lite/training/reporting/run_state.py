@@ -1,4 +1,4 @@
-"""A training run's bookkeeping, kept apart from the loop in training/trainer.py.
+"""A training run's bookkeeping, kept apart from the loop in training/loop/trainer.py.
 
 The loop decides what to compute; this module holds what it remembers and reports
 as it goes, so that each can be read on its own:
@@ -24,8 +24,8 @@ from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.best import BestCheckpoint
-from t2t_lite.training.progress import format_seconds
-from t2t_lite.training.run_info import grad_norm_text
+from t2t_lite.training.reporting.progress import format_seconds
+from t2t_lite.training.reporting.run_info import grad_norm_text
 
 
 class DivergenceError(UserError):
@@ -140,7 +140,7 @@ class RunLog:
     """
 
     def __init__(self, output_dir, chief, run, hp, checkpoints):
-        """run: the built run (training/build.py), whose train step's counters and
+        """run: the built run (training/opening/build.py), whose train step's counters and
         schedule's rates are logged; checkpoints: the CheckpointKeeper, whose
         newest good checkpoint DivergenceError names."""
         self.output_dir = output_dir

@@ -1,0 +1,1 @@
+"""Which processes and devices train, and a lost one. Imports nothing else of training."""

@@ -1,0 +1,1 @@
+"""What the host measures and records about a run. May import cluster/ and step/."""
