@@ -173,9 +173,7 @@ def test_float16_scale_grows_after_growth_interval():
     run_ = _float16_run(_start_weights(), n=1)
     scale = run_.step.loss_scale
     scale.growth_interval = 2
-    run_.step.accumulate_and_update = run_.step._compile(
-        run_.step._update_body, closes_window=True
-    )
+    run_.step.recompile()  # growth_interval is read when the step is traced
     run(run_.step, uneven_micro_batches(3))
     assert float(scale.scale) == INITIAL_SCALE * 2 and int(scale.good_updates) == 1
 

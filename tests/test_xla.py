@@ -42,7 +42,7 @@ from cli_helpers import run_cli, tiny_trainer_flags
 from t2t_lite.data import pipeline
 from t2t_lite.training.opening import open_run
 from t2t_lite.training.opening.build import build_run
-from t2t_lite.training.step.train_step import _BATCH_SIGNATURE
+from t2t_lite.training.step.compiled import _BATCH_SIGNATURE
 
 MAX_LENGTH = 32
 

@@ -90,14 +90,6 @@ def _write_piece_list(vocab, model_path):
     write_atomically(os.path.splitext(model_path)[0] + ".vocab", listing)
 
 
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class SubwordVocab:
     """A loaded SentencePiece model: text ↔ ids with the project's id convention."""
 

@@ -192,13 +192,6 @@ def resolve_cluster(source="auto", port_base=slurm.DEFAULT_PORT, environ=None):
     return cluster
 
 
-def cluster_workers():
-    """Number of workers TF_CONFIG declares (0 without TF_CONFIG); a malformed
-    TF_CONFIG is a UserError (read_tf_config)."""
-    cluster = read_tf_config()
-    return cluster.workers if cluster else 0
-
-
 def configure_devices(worker_gpu):
     """Splits the CPU into `worker_gpu` logical devices when there is no GPU.
 

@@ -108,10 +108,8 @@ def replan(run, hp, train_steps):
     run.schedule = schedule_from_hparams(hp, train_steps, plan, run.step.clock)
     run.optimizer.learning_rate = run.schedule
     run.hp = hp
-    step = run.step
-    if step.loss_scale is not None:
-        step.loss_scale.micro_batch_tokens = float(max(hp.batch_size, hp.max_length))
-    step.set_plan(plan)  # keeps the old plan's state, traces anew
+    # Keeps the old plan's state, traces anew:
+    run.step.set_plan(plan, micro_batch_tokens=max(hp.batch_size, hp.max_length))
     return run
 
 
@@ -133,7 +131,6 @@ def _optimizer(hp, schedule, clock):
 
 def _noise_scale_decay(hp):
     """The noise scale's moving-average decay, or None when log_noise_scale is off
-    (hparams.json files older than these keys: on, at the default decay)."""
-    if not getattr(hp, "log_noise_scale", True):
-        return None
-    return getattr(hp, "noise_scale_decay", 0.95)
+    (an hparams.json older than these keys has them at their defaults once
+    loaded: hparams_sets.with_new_keys_at_defaults)."""
+    return hp.noise_scale_decay if hp.log_noise_scale else None

@@ -16,7 +16,6 @@ checkpoints (their input iterators) under OUTPUT_DIR/workers/worker-I, so a
 multi-host run also resumes exactly.
 """
 
-import dataclasses
 import time
 
 import keras
@@ -44,6 +43,7 @@ from t2t_lite.training.opening.auto_batch import (
 )
 from t2t_lite.training.opening.build import build_run, replan
 from t2t_lite.training.opening.inputs import ReplicaInputs
+from t2t_lite.training.opening.run_identity import identity_hints, run_identity
 from t2t_lite.training.reporting.evaluation import BleuEvaluator, Evaluator
 from t2t_lite.training.reporting.run_info import check_train_steps_change
 from t2t_lite.training.reporting.run_state import RunLog, RunState
@@ -143,18 +143,10 @@ class OpenRun:
         run_dir.prepare_output_dir(config.output_dir, self.given_hp)
         run_dir.check_run_identity(
             config.output_dir,
-            {
-                "problem": config.problem,
-                "model": config.model,
-                "vocab_fingerprint": self.problem.vocab_fingerprint(),
-                "accumulate_steps": self.n or "batch_size_schedule",
-                **self._micro_batch_identity(),
-                **self._auto_batch_identity(),
-            },
-            hints={
-                "accumulate_steps": self._accumulation_hint(),
-                "micro_batch_tokens": self._accumulation_hint(),
-            },
+            run_identity(
+                config, self.problem, self.hp, self.n, self.replicas, self.auto_batch
+            ),
+            hints=identity_hints(self.hp, self.replicas),
         )
         check_train_steps_change(
             config.output_dir,
@@ -210,34 +202,6 @@ class OpenRun:
         self.hp = self.hp.copy().override(batch_size=found.batch_size)
         replan(self.run, self.hp, config.train_steps)
         self.auto_batch = found
-
-    def _auto_batch_identity(self):
-        if self.auto_batch is None:
-            return {}
-        return {"auto_batch": dataclasses.asdict(self.auto_batch)}
-
-    def _micro_batch_identity(self):
-        """Under a batch-size schedule, the tokens of one micro-step over all
-        replicas: windows of a checkpoint are sized in them."""
-        if self.n:
-            return {}
-        return {"micro_batch_tokens": self.hp.batch_size * self.replicas}
-
-    def _accumulation_hint(self):
-        """Why n changed on resume: only effective_batch_size and batch_size_schedule
-        make it depend on the replica count (n itself is an hparam, guarded with the
-        others)."""
-        if self.hp.effective_batch_size > 0:
-            setting = f"effective_batch_size {self.hp.effective_batch_size}"
-        elif getattr(self.hp, "batch_size_schedule", ""):
-            setting = f"batch_size_schedule {self.hp.batch_size_schedule}"
-        else:
-            return None
-        return (
-            f" ({setting} on {self.replicas} replica(s) of batch_size "
-            f"{self.hp.batch_size}); resume on the replica count it was trained on, "
-            "or use a new output_dir."
-        )
 
     def _bleu_evaluator(self):
         """BLEU at evaluation, on the chief, for problems with dev text."""

@@ -1,27 +1,23 @@
-"""The compiled training step with exact gradient accumulation (docs/design.md §2).
+"""The training step, host side: windows, calls, splits, checkpoint items
+(docs/design.md §2). What runs inside the compiled step, per replica, is
+training/step/replica_step.py's ReplicaStep; the counters both read and write are
+training/step/counters.py's.
 
-Two compiled functions share one replica-level body:
-
-- `accumulate(batch)`: forward/backward on one micro-batch, add into the replica-local
-  accumulators. No cross-replica communication.
-- `accumulate_and_update(batch)`: the same, then ONE all-reduce of gradients, token
-  count and loss; gradient = sum / tokens (token-exact); weight decay, then global-norm
-  clipping, once, on that gradient; the optimizer applies it; accumulators reset.
+Two compiled functions share the replica body: `accumulate(batch)` adds a
+micro-batch into the replica-local accumulators, `accumulate_and_update(batch)`
+adds the last one and updates (one all-reduce).
 
 Windows (docs/design.md §2.7): `windows()` yields each accumulation window's size,
-decided when it starts by the run's plan (optim/batch_schedule.py: a fixed n, a
+decided when it starts by the run's plan (optim/batch_plan.py: a fixed n, a
 batch-size schedule or an adaptive batch), and the position inside it; the loop
-calls `accumulate` for all but the window's last micro-batch and
-`accumulate_and_update` for the last. Size and position are checkpointed, so a run
-resumed mid-window finishes the window it was in. With a fixed n of 1 there are no
-accumulators: the update body uses the micro-batch's gradient directly.
+calls `train_on` for each micro-batch, the window's last one updating. Size and
+position are checkpointed, so a run resumed mid-window finishes the window it was
+in. With a fixed n of 1 there are no accumulators: the update body uses the
+micro-batch's gradient directly.
 
-The gradient noise scale (training/step/noise_scale.py) is measured on the way when a
-window holds more than one micro-batch: a squared norm per micro-batch, summed into
-replica-local statistics that ride the update's all-reduce.
-
-Since the optimizer only runs on updates, `optimizer.iterations` *is* the update step:
-the learning-rate schedule and Adam's bias correction both count updates.
+The gradient noise scale (training/step/noise_scale.py) is measured on the way when
+a window holds more than one micro-batch: a squared norm per micro-batch, summed
+into replica-local statistics that ride the update's all-reduce.
 
 Distribution: the bodies run under `strategy.run`, accumulators are ON_READ
 (replica-local) variables, and the update does one all-reduce of gradients + token
@@ -32,30 +28,22 @@ communication. Tested with MirroredStrategy over logical CPUs and with
 MultiWorkerMirroredStrategy across processes.
 
 Out of memory: a micro-batch whose step raises ResourceExhaustedError is split by
-sentences and accumulated in halves (training/step/out_of_memory.py). For that, a failed
-call must leave the state as it was: every write waits for the forward and backward
-pass of every local replica (`_computed`), an update's other writes wait for the
-optimizer's apply, and the counters for the body's outputs.
-
-Mixed precision: the model computes in its policy's dtype; gradients, accumulators and
-all update arithmetic are float32. Under float16 a `DynamicLossScale`
-(training/step/loss_scale.py) scales each micro-batch's loss in `_gradients`; `_update`
-unscales once, on the summed gradient, and an overflow skips the whole update.
+sentences and accumulated in halves (training/step/out_of_memory.py); the replica
+body leaves the state as it was when a call fails.
 """
 
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.graph import graph_function
-from t2t_lite.models.losses import token_loss
 from t2t_lite.optim.accumulator import GradientAccumulator
 from t2t_lite.optim.batch_plan import FixedWindows
 from t2t_lite.optim.optimizers import skip_keras_all_reduce
 from t2t_lite.optim.schedule import BatchClock
-from t2t_lite.optim.weight_decay import add_weight_decay
 from t2t_lite.training.step import out_of_memory
+from t2t_lite.training.step.compiled import compiled_step
+from t2t_lite.training.step.counters import StepCounters
 from t2t_lite.training.step.noise_scale import NoiseScale
-from t2t_lite.training.step.traced_once import TracedOnce
+from t2t_lite.training.step.replica_step import ReplicaStep
 
 # Checkpoint items newer than some checkpoints in existence: restoring a checkpoint
 # without one leaves it at its initial value (runs/checkpoints.py, `optional`).
@@ -70,12 +58,18 @@ OPTIONAL_CHECKPOINT_ITEMS = (
     "batch_clock",
 )
 
-_BATCH_SIGNATURE = (
-    {
-        "inputs": tf.TensorSpec([None, None], tf.int32),
-        "targets": tf.TensorSpec([None, None], tf.int32),
-    },
-)
+
+class _Counter:
+    """One of the step's StepCounters, read as an attribute of the step itself."""
+
+    def __init__(self, name=None):
+        self.name = name
+
+    def __set_name__(self, owner, name):
+        self.name = self.name or name
+
+    def __get__(self, step, owner=None):
+        return self if step is None else getattr(step.counters, self.name)
 
 
 class TrainStep:
@@ -103,79 +97,85 @@ class TrainStep:
         either when no window can hold two micro-batches). loss_scale: a
         DynamicLossScale (float16 training), or None. clock: the BatchClock the
         learning rate reads (optim/schedule.py), or None for one of its own."""
-        if windows is None:
-            if accumulate_steps is None or accumulate_steps < 1:
-                raise ValueError(
-                    f"accumulate_steps must be >= 1, got {accumulate_steps}."
-                )
-            windows = FixedWindows(accumulate_steps, 0)
+        windows = _fixed_windows(accumulate_steps) if windows is None else windows
         self.model = model
         self.optimizer = optimizer
         self.plan = windows
-        self.label_smoothing = label_smoothing
-        self.clip_grad_norm = clip_grad_norm
-        self.weight_decay = weight_decay
         self.loss_scale = loss_scale
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.counters = StepCounters(self.strategy)
+        can_vary = not windows.constant or windows.n > 1
         with self.strategy.scope():
-            self.global_step = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                name="global_step",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            self.noise_scale = _measured_noise(
+                noise_scale_decay, can_vary or self.strategy.num_replicas_in_sync > 1
             )
-            # Divergence guard: updates skipped because the window's loss or gradient
-            # was NaN/Inf, in a row (reset by a good update) and in total.
-            self.bad_updates_in_a_row = _counter("bad_updates_in_a_row")
-            self.skipped_updates = _counter("skipped_updates")
-            # Applied updates whose gradient norm exceeded clip_grad_norm (> 0).
-            self.clipped_updates = _counter("clipped_updates")
-            # The current window: its size (0 = not recorded, a checkpoint from
-            # before windows could vary: then size n and position global_step mod n)
-            # and the micro-batches of it consumed.
-            self.window_size = _counter("window_size")
-            self.window_position = _counter("window_position")
-            self.tokens_seen = _counter("tokens_seen")  # non-pad target tokens
-            # Micro-batches (or parts of one) split because they ran out of memory.
-            self.oom_splits = _counter("oom_splits")
-            can_vary = not windows.constant or windows.n > 1
-            self.noise_scale = None
-            if noise_scale_decay is not None and (
-                can_vary or self.strategy.num_replicas_in_sync > 1
-            ):
-                self.noise_scale = NoiseScale(noise_scale_decay)
             if windows.state is None:
                 windows.create_state()  # e.g. an adaptive plan's target
             self.clock = clock or BatchClock()
             self.optimizer.build(model.trainable_variables)
             skip_keras_all_reduce(self.optimizer)
-            self.accumulator = (
-                GradientAccumulator(model.trainable_variables) if can_vary else None
-            )
-        # This process's vote to stop, summed over all replicas by the update's
-        # all-reduce. A plain local variable: each worker sets its own.
-        self._stop_vote = tf.Variable(0.0, trainable=False, name="stop_vote")
-        # Replicas inside the optimizer's apply right now: non-zero after a call
-        # that failed there, when the weights may be partly updated.
-        self._applying = tf.Variable(0, trainable=False, name="applying")
+        self.replica = ReplicaStep(
+            model,
+            optimizer,
+            self.counters,
+            label_smoothing=label_smoothing,
+            clip_grad_norm=clip_grad_norm,
+            weight_decay=weight_decay,
+            loss_scale=loss_scale,
+            noise_scale=self.noise_scale,
+            clock=self.clock,
+            strategy=self.strategy,
+            jit_compile=jit_compile,
+        )
+        if can_vary:
+            self._create_accumulator()
         self.jit_compile = jit_compile
-        if jit_compile:  # XLA: see _compile
-            self._gradients = graph_function(self._gradients, jit_compile=True)
-        # Tests and benchmarks set a training/out_of_memory.SimulatedMemory here.
+        # Tests and benchmarks set a training/step/out_of_memory.SimulatedMemory here.
         self.simulated_memory = None
         self.recompile()
+
+    # The counters, read as the step's own (step.global_step, ...).
+    global_step = _Counter()
+    bad_updates_in_a_row = _Counter()
+    skipped_updates = _Counter()
+    clipped_updates = _Counter()
+    window_size = _Counter()
+    window_position = _Counter()
+    tokens_seen = _Counter()
+    oom_splits = _Counter()
+    _applying = _Counter("applying")
+
+    @property
+    def accumulator(self):
+        """The GradientAccumulator, or None while windows hold one micro-batch."""
+        return self.replica.accumulator
+
+    def _create_accumulator(self):
+        with self.strategy.scope():
+            self.replica.accumulator = GradientAccumulator(
+                self.model.trainable_variables
+            )
+
+    @property
+    def _gradients(self):
+        """The replica's forward and backward pass; tests replace it to inject
+        faults (an out-of-memory error after some replicas have computed)."""
+        return self.replica.gradients
+
+    @_gradients.setter
+    def _gradients(self, function):
+        self.replica.gradients = function
 
     def recompile(self):
         """(Re)creates the compiled functions: they trace on their next call, with
         the step's current plan, schedule and accumulators."""
-        self.accumulate = self._compile(self._accumulate_body, closes_window=False)
+        self.accumulate = self._compile(self.replica.accumulate, closes_window=False)
         self.accumulate_and_update = self._compile(
-            self._update_body, closes_window=True
+            self.replica.update, closes_window=True
         )
         # The halves of a split micro-batch but the last: accumulate, no micro-step.
         self.accumulate_part = self._compile(
-            self._accumulate_body, closes_window=False, advances=False
+            self.replica.accumulate, closes_window=False, advances=False
         )
 
     @property
@@ -183,11 +183,15 @@ class TrainStep:
         """The fixed n, or None when windows vary."""
         return self.plan.n if self.plan.constant else None
 
-    def set_plan(self, plan):
-        """Trains on with `plan` (a re-planned run, training/opening/build.py replan): it
-        keeps the old plan's checkpointed state, and the step is traced anew."""
+    def set_plan(self, plan, micro_batch_tokens=None):
+        """Trains on with `plan` (a re-planned run, training/opening/build.py
+        replan): it keeps the old plan's checkpointed state, and the step is traced
+        anew. micro_batch_tokens: the most tokens a micro-batch can now hold, for
+        the loss scale (float16)."""
         plan.adopt_state(self.plan)
         self.plan = plan
+        if self.loss_scale is not None and micro_batch_tokens is not None:
+            self.loss_scale.micro_batch_tokens = float(micro_batch_tokens)
         self.recompile()
 
     @property
@@ -295,8 +299,7 @@ class TrainStep:
             int(tf.convert_to_tensor(self.oom_splits)),
         )
         if self.accumulator is None:
-            with self.strategy.scope():
-                self.accumulator = GradientAccumulator(self.model.trainable_variables)
+            self._create_accumulator()
             self.recompile()
 
     def noise_scale_value(self):
@@ -309,7 +312,7 @@ class TrainStep:
 
     def request_stop(self):
         """Makes the next update report `stop_votes` > 0 on every worker."""
-        self._stop_vote.assign(1.0)
+        self.counters.stop_vote.assign(1.0)
 
     def __call__(self, batch, global_step):
         """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this
@@ -354,294 +357,27 @@ class TrainStep:
         return items
 
     def _compile(self, body, closes_window, advances=True):
-        """One trace for all batch shapes: a [None, None] signature on one replica;
-        distributed (PerReplica) batches get the same, built from the first batch.
-
-        With jit_compile, `_gradients` (model, loss and tape.gradient: the replica's
-        forward and backward) is an XLA-compiled function nested in this one; XLA
-        compiles it once per batch shape it meets (pad batches to their bucket,
-        data.pipeline's pad_to_bucket, to get one shape per bucket). Accumulation,
-        the all-reduce and the optimizer stay outside XLA: tf.distribute's
-        collectives cannot be compiled, and on a CPU an XLA-compiled update (dense
-        Adam, scatter_add into the accumulators) measured slower than TF's kernels.
-        """
-        if self.strategy.num_replicas_in_sync == 1:
-            return graph_function(
-                self._run(body, closes_window, advances),
-                input_signature=_BATCH_SIGNATURE,
-            )
-        return TracedOnce(self._run(body, closes_window, advances), self.strategy)
-
-    # --- replica-level bodies -------------------------------------------------------
-
-    def _run(self, body, closes_window, advances):
-        """Wraps a replica body: no cross-replica reduction of its outputs.
-
-        The per-replica loss sums and token counts are returned as they are (a tuple
-        of one tensor per local replica) and added on the host when a log line is
-        written, and `global_step` and the window position move in cross-replica
-        context, so nothing is communicated between replicas on a micro-step that
-        is not an update. The counters move only once the body has finished (a call
-        that fails part-way has not taken its micro-step), and not at all for a
-        part of a split micro-batch (`advances` False).
-        """
-
-        def run(batch):
-            outputs = self.strategy.run(body, args=(batch,))
-            outputs = {
-                k: tuple(self.strategy.experimental_local_results(v))
-                for k, v in outputs.items()
-            }
-            if advances:
-                with tf.control_dependencies(tf.nest.flatten(outputs)):
-                    self.global_step.assign_add(1)
-                    if closes_window:
-                        self.window_position.assign(0)
-                    else:
-                        self.window_position.assign_add(1)
-            return outputs
-
-        return run
-
-    def _gradients(self, batch):
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = self.model(batch, training=True)  # [batch, length, vocab]
-            loss_sum, tokens = token_loss(
-                logits, batch["targets"], self.label_smoothing
-            )
-            scaled = loss_sum
-            if self.loss_scale is not None:
-                scaled = self.loss_scale.scale_loss(loss_sum)
-        return tape.gradient(scaled, variables), loss_sum, tokens
-
-    def _computed(self, batch):
-        """Gradients, loss sum and tokens of this replica's micro-batch, available
-        once every local replica's forward and backward pass is done: a replica
-        whose step fails must not leave the others' accumulators written."""
-        gradients, loss_sum, tokens = _complete(*self._gradients(batch))
-        if self.strategy.num_replicas_in_sync == 1:
-            return gradients, loss_sum, tokens
-        all_done = tf.distribute.get_replica_context().merge_call(
-            _sum_of_local, args=(tokens,)
-        )  # adds the local replicas' token counts: no communication between hosts
-        with tf.control_dependencies([all_done]):
-            return gradients, tf.identity(loss_sum), tf.identity(tokens)
-
-    def _accumulate_body(self, batch):
-        gradients, loss_sum, tokens = self._computed(batch)
-        with tf.control_dependencies([tokens]):
-            self.accumulator.add(gradients, loss_sum, tokens)
-            if self.noise_scale is not None:
-                self.noise_scale.add(NoiseScale.micro_batch(gradients, tokens))
-        return {"loss_sum": loss_sum, "tokens": tokens}
-
-    def _update_body(self, batch):
-        gradients, loss_sum, tokens = self._computed(batch)
-        noise = None
-        if self.noise_scale is not None:
-            noise = self.noise_scale.window(NoiseScale.micro_batch(gradients, tokens))
-        if self.accumulator is None:
-            window = self._update(gradients, loss_sum, tokens, noise)
-        else:
-            summed = self.accumulator.plus(gradients, loss_sum, tokens)
-            window = self._update(*summed, noise)
-        # The sums restart only once the update is done (or skipped):
-        with tf.control_dependencies(tf.nest.flatten(window)):
-            if self.accumulator is not None:
-                self.accumulator.reset()
-            if self.noise_scale is not None:
-                self.noise_scale.reset_window()
-        return {"loss_sum": loss_sum, "tokens": tokens, **window}
-
-    def _update(self, gradients, loss_sum, tokens, noise=None):
-        """All-reduce once, normalize by tokens, decay, clip, apply — or skip.
-
-        A NaN/Inf loss, gradient norm or learning rate skips the whole update
-        (weights, slots and the update count stay as they were) and is counted; the
-        loop stops the run after `max_consecutive_bad_updates` in a row. Under loss
-        scaling, a finite loss with a non-finite gradient is an overflow instead: the
-        update is skipped and the scale lowered (see training/step/loss_scale.py).
-        Returns the window's all-reduced loss sum, token count and stop votes (and
-        the noise scale when measured: `noise` holds this replica's window sums).
-        """
-        context = tf.distribute.get_replica_context()
-        votes = tf.identity(self._stop_vote)
-        scalars = [loss_sum, tokens, votes] + list(noise or [])
-        reduced = context.all_reduce(
-            tf.distribute.ReduceOp.SUM, list(gradients) + scalars
-        )
-        gradients, scalars = reduced[: len(gradients)], reduced[len(gradients) :]
-        (loss_sum, tokens, votes), noise = scalars[:3], scalars[3:]
-        # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
-        # rows absent from the batch are not decayed), which would make an accumulated
-        # update differ from the big-batch one. Dense is T2T's MultistepAdam (T2T's
-        # plain "adam" is LazyAdam). Densifying once per update costs one vocab×hidden
-        # add; the micro-steps stay sparse.
-        scale = 1.0 / tf.maximum(tokens, 1.0)
-        if self.loss_scale is not None:
-            scale *= self.loss_scale.unscale_factor()
-        gradients = [tf.convert_to_tensor(g) * scale for g in gradients]
-        variables = self.model.trainable_variables
-        norm = unclipped = tf.linalg.global_norm(gradients)  # before weight decay
-        if self.weight_decay > 0:
-            gradients = [
-                add_weight_decay(g, v, self.weight_decay)
-                for g, v in zip(gradients, variables)
-            ]
-            norm = tf.linalg.global_norm(gradients)
-        clipped = tf.constant(False)
-        if self.clip_grad_norm > 0:
-            clipped = tf.math.is_finite(norm) & (norm > self.clip_grad_norm)
-            gradients, _ = tf.clip_by_global_norm(
-                gradients, self.clip_grad_norm, use_norm=norm
-            )
-        rate = tf.convert_to_tensor(self.optimizer.learning_rate)
-        finite_loss = tf.math.is_finite(loss_sum) & tf.math.is_finite(
-            tf.cast(rate, tf.float32)
-        )
-        finite_gradients = tf.math.is_finite(norm)
-        overflow = tf.constant(False)
-        if self.loss_scale is not None:
-            overflow = finite_loss & ~finite_gradients & self.loss_scale.can_lower()
-        done = self._apply_or_skip(
-            finite_loss & finite_gradients, overflow, gradients, clipped
-        )
-        # What else this update writes waits for the apply (or skip), so that a
-        # call that fails before it has written nothing (training/step/out_of_memory.py).
-        with tf.control_dependencies([done]):
-            self.tokens_seen.assign_add(tf.cast(tokens, tf.int64))
-            self._count_planned(finite_loss & finite_gradients, rate)
-            measured = {}
-            if noise:
-                measured["noise_scale"] = self._measure_noise(unclipped, tokens, noise)
-            return {
-                "window_loss_sum": tf.identity(loss_sum),
-                "window_tokens": tf.identity(tokens),
-                "stop_votes": tf.identity(votes),
-                "grad_norm": tf.identity(norm),
-                **measured,
-            }
-
-    def _count_planned(self, applied, rate):
-        """An applied update adds its window's planned tokens to the clock and
-        records its rate; a skipped one neither (it is retried)."""
-        clock = self.clock
-        window = tf.convert_to_tensor(clock.window_tokens)
-        clock.tokens_trained.assign_add(
-            tf.where(applied, window, tf.zeros_like(window))
-        )
-        previous = tf.convert_to_tensor(clock.applied_rate)
-        clock.applied_rate.assign(
-            tf.where(applied, tf.cast(rate, tf.float32), previous)
+        """`body` compiled for this step's strategy (training/step/compiled.py)."""
+        return compiled_step(
+            body,
+            self.strategy,
+            self.counters,
+            closes_window=closes_window,
+            advances=advances,
         )
 
-    def _measure_noise(self, norm, tokens, noise):
-        """The noise scale after folding in this update (`norm`: the global norm
-        of the window's normalized, unscaled gradient, before weight decay)."""
-        square_sum, inverse_tokens, count = noise
-        if self.loss_scale is not None:  # micro-batch norms were of scaled losses
-            square_sum *= tf.square(self.loss_scale.unscale_factor())
-        big_square = tf.square(norm)
-        valid = tf.math.is_finite(big_square) & tf.math.is_finite(square_sum)
-        return self.noise_scale.update(
-            square_sum, inverse_tokens, count, big_square, tokens, valid
-        )
 
-    def _apply_or_skip(self, finite, overflow, gradients, clipped):
-        """tf.cond(finite, apply, skip), placed where tf.distribute allows it; a
-        skip is an overflow (lower the loss scale) or a bad update (count it).
-
-        Keras's apply synchronizes replicas (merge_call), which tf.distribute forbids
-        inside a tf.cond in replica context; then the cond runs in cross-replica
-        context around a per-replica apply, as Keras's LossScaleOptimizer does.
-        `finite` and `overflow` are the same on every replica (they come from
-        all-reduced values), as is `clipped` (an applied update is counted in
-        `clipped_updates` when it is). Returns a value read after it, for what
-        must wait until the update is done.
-        """
-        variables = self.model.trainable_variables
-
-        def apply(gradients, clipped):
-            entered = self._applying.assign_add(1)
-            with tf.control_dependencies([entered]):
-                self.optimizer.apply(gradients, variables)
-            # Reads after the writes they follow (automatic control dependencies):
-            applied = [tf.identity(v.value) for v in variables]
-            with tf.control_dependencies(applied):
-                self._applying.assign_add(-1)
-            self.bad_updates_in_a_row.assign(0)
-            if self.clip_grad_norm > 0:
-                self.clipped_updates.assign_add(tf.cast(clipped, tf.int64))
-            if self.loss_scale is not None:
-                self.loss_scale.on_applied()
-
-        def bad_update():
-            self.bad_updates_in_a_row.assign_add(1)
-            self.skipped_updates.assign_add(1)
-
-        def skip(overflow):
-            if self.loss_scale is None:
-                return bad_update()
-            return tf.cond(overflow, self.loss_scale.on_overflow, bad_update)
-
-        if tf.__internal__.distribute.strategy_supports_no_merge_call():
-            tf.cond(finite, lambda: apply(gradients, clipped), lambda: skip(overflow))
-            return self._applying.read_value()  # a read after the cond
-
-        def cross_replica(distribution, finite, overflow, gradients, clipped):
-            finite = distribution.experimental_local_results(finite)[0]
-            overflow = distribution.experimental_local_results(overflow)[0]
-            tf.cond(
-                finite,
-                lambda: distribution.extended.call_for_each_replica(
-                    apply, args=(gradients, clipped)
-                ),
-                lambda: skip(overflow),
-            )
-
-        tf.distribute.get_replica_context().merge_call(
-            cross_replica, args=(finite, overflow, gradients, clipped)
-        )
-        return self._applying.read_value()  # a read after the cond
+def _measured_noise(decay, windows_sum_gradients):
+    """A NoiseScale of moving-average `decay`, or None when it is not measured:
+    decay None, or no window that sums two micro-batches' gradients (on one
+    replica with a fixed n of 1)."""
+    if decay is None or not windows_sum_gradients:
+        return None
+    return NoiseScale(decay)
 
 
-def _complete(gradients, loss_sum, tokens):
-    """The micro-batch's gradients, loss and tokens, available only once all of
-    them are computed. Without this, writes fed by the gradients computed first
-    (accumulator adds, the noise scale's sums) could run while the backward pass
-    is still going, and a call that then runs out of memory would leave them
-    half done. It keeps the micro-batch's gradients alive together, as an update
-    does anyway; the activations are mostly freed by then."""
-    tensors = [loss_sum, tokens] + [
-        t
-        for g in gradients
-        if g is not None
-        for t in tf.nest.flatten(g, expand_composites=True)
-    ]
-    with tf.control_dependencies(tensors):
-        gradients = [
-            None
-            if g is None
-            else tf.nest.map_structure(tf.identity, g, expand_composites=True)
-            for g in gradients
-        ]
-        return gradients, tf.identity(loss_sum), tf.identity(tokens)
-
-
-def _sum_of_local(distribution, tokens):
-    """merge_call: the local replicas' token counts added (a value that exists once
-    every local replica has computed its own)."""
-    return tf.add_n(
-        [tf.identity(t) for t in distribution.experimental_local_results(tokens)]
-    )
-
-
-def _counter(name):
-    return tf.Variable(
-        0,
-        dtype=tf.int64,
-        trainable=False,
-        name=name,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-    )
+def _fixed_windows(accumulate_steps):
+    """The plan of a step built with a fixed n (tests, benchmarks)."""
+    if accumulate_steps is None or accumulate_steps < 1:
+        raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}.")
+    return FixedWindows(accumulate_steps, 0)
