@@ -13,11 +13,11 @@ absolute number from another run means little. What they share:
   so that other load on the machine hits all alike; ratios are taken per round.
 - `run_python()` / `last_json()`: a configuration that needs a fresh process (TF op
   determinism, logical devices) runs as a child that prints one JSON line.
-- `train_numbers_model()`: the small translation model that tests/conftest.py's
-  `numbers_run` fixture and bench_decoding.py both train.
+- `train_numbers_model()`: the small translation model bench_decoding.py and
+  bench_engines.py train (the tests' numbers_run fixture trains the same one,
+  tests/support/numbers_model.py).
 
-Scripts import it as `import benchlib` (Python puts the script's folder on sys.path);
-tests/conftest.py adds this folder to sys.path for `train_numbers_model`.
+Scripts import it as `import benchlib` (Python puts the script's folder on sys.path).
 """
 
 import collections

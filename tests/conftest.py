@@ -12,16 +12,11 @@ import dataclasses
 import fcntl
 import json
 import os
-import sys
 
 import pytest
+from support.numbers_model import train_numbers_model
 
 from t2t_lite import registrations  # noqa: F401  (registers problems and sets)
-
-# The numbers model is trained by the scripts' shared plumbing (the benchmarks train it
-# too); scripts/ is not a package, so its folder goes on the path.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from benchlib import train_numbers_model
 
 # The suite's runs train on one host unless a test gives them a cluster: pytest run
 # inside a SLURM step of several tasks, or under a TF_CONFIG, must not join them up.
@@ -146,8 +141,8 @@ def shared_across_workers(tmp_path_factory, config, name, make):
 def numbers_run(tmp_path_factory, pytestconfig):
     """translate_numbers_en_fr (3000 training pairs, 200 dev) and transformer_tiny
     trained 300 steps with BLEU on 100 dev sentences at steps 150 and 300 (~20 s
-    alone, ~60 s on a busy machine), by the function scripts/bench_decoding.py also
-    uses. It reaches BLEU ~98: enough to tell a working decoder from a broken one.
+    alone, ~60 s on a busy machine; scripts/benchlib.py trains the same for the
+    benchmarks). It reaches BLEU ~98: enough to tell a working decoder from a broken one.
     Trained once for all pytest-xdist workers; tests only read it."""
     made = shared_across_workers(
         tmp_path_factory,

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import (
+from support.accumulation_helpers import (
     VOCAB,
     build,
     concatenate,

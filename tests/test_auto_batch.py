@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import assert_one_error_line
+from support.cli_helpers import assert_one_error_line
 
 import t2t_lite  # noqa: F401
 from t2t_lite.hparams import HParamsError

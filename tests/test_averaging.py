@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli_helpers import assert_user_error, run_cli
+from support.cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.errors import UserError
 from t2t_lite.models.config import TransformerConfig

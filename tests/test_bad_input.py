@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from cli_helpers import assert_user_error, run_cli, run_cli_subprocess
+from support.cli_helpers import assert_user_error, run_cli, run_cli_subprocess
 
 BASE = [
     "--problem=algorithmic_reverse",

@@ -10,9 +10,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
-from cli_helpers import assert_user_error, run_cli, run_json_script
-from window_reference import (
+from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
+from support.cli_helpers import assert_user_error, run_cli, run_json_script
+from support.window_reference import (
     MICRO,
     RAMP,
     Reference,

@@ -3,7 +3,7 @@ files, and t2t-bleu as a user runs it."""
 
 import pytest
 import sacrebleu
-from cli_helpers import assert_user_error, run_cli
+from support.cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.decoding import bleu
 from t2t_lite.errors import UserError

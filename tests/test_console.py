@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
-from cli_helpers import finish_cli, start_cli, tiny_trainer_flags
+from support.accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
+from support.cli_helpers import finish_cli, start_cli, tiny_trainer_flags
 
 from t2t_lite.models.losses import token_loss
 from t2t_lite.runs.checkpoints import CheckpointKeeper

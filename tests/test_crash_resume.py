@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli_helpers import run_cli_subprocess
+from support.cli_helpers import run_cli_subprocess
 
 pytestmark = pytest.mark.slow  # trains in subprocesses, several times
 

@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from cli_helpers import assert_user_error, run_cli
+from support.cli_helpers import assert_user_error, run_cli
 
 from t2t_lite import registry
 from t2t_lite.decoding.bleu import corpus_scores, read_lines

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from cli_helpers import (
+from support.cli_helpers import (
     assert_user_error,
     run_cli,
     run_cli_subprocess,

@@ -7,7 +7,7 @@ averaging); the others run in-process."""
 import os
 
 import pytest
-from cli_helpers import (
+from support.cli_helpers import (
     assert_user_error,
     finish_cli,
     run_cli,

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from cli_helpers import run_json_script
+from support.cli_helpers import run_json_script
 
 
 @pytest.fixture(scope="module")

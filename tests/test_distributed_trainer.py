@@ -1,5 +1,5 @@
 """The Trainer under MirroredStrategy: resume mid-window, replica-count changes,
-per-replica dropout, effective_batch_size (tests/distributed_trainer.py runs them in
+per-replica dropout, effective_batch_size (tests/support/distributed_trainer.py runs them in
 one subprocess, which must split the CPU into logical devices before TF starts).
 
 Apart from tests/test_distributed.py so that pytest-xdist's --dist loadfile can run
@@ -7,7 +7,7 @@ the two long subprocess fixtures on different workers.
 """
 
 import pytest
-from cli_helpers import run_json_script
+from support.cli_helpers import run_json_script
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import json
 import os
 
 import pytest
-from cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
+from support.cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
 
 from t2t_lite.registry import PROBLEMS
 

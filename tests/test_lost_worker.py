@@ -27,10 +27,10 @@ def start(output_dir, **placements):
     """Two workers on 127.0.0.1 training into output_dir, logging to a new folder
     next to it; returns (workers, log folder). placements: kill_at_step,
     freeze_at_step or kill_in_save, each {worker: step}
-    (tests/lost_worker_trainer.py)."""
+    (tests/support/lost_worker_trainer.py)."""
     args = [
         sys.executable,
-        os.path.join(HERE, "lost_worker_trainer.py"),
+        os.path.join(HERE, "support", "lost_worker_trainer.py"),
         "--hparams_set=transformer_test",
         "--hparams=batch_size=64,max_length=16,optimizer_multistep_accumulate_steps=2",
         f"--output_dir={output_dir}",

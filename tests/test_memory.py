@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
+from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 
 from t2t_lite.training.opening.build import build_run
 

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import (
+from support.accumulation_helpers import (
     VOCAB,
     build,
     concatenate,
@@ -21,7 +21,7 @@ from accumulation_helpers import (
     tolerance_ratio,
     uneven_micro_batches,
 )
-from cli_helpers import run_cli
+from support.cli_helpers import run_cli
 
 from t2t_lite.models.losses import token_loss
 from t2t_lite.training.opening.build import build_run

@@ -10,13 +10,13 @@ a device would for micro-batches over a token threshold.
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import (
+from support.accumulation_helpers import (
     build,
     tiny_hparams,
     tolerance_ratio,
     uneven_micro_batches,
 )
-from window_reference import drive
+from support.window_reference import drive
 
 from t2t_lite.training.step.out_of_memory import (
     MicroBatchTooLarge,

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 import tensorflow as tf
-from cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
+from support.cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
 from tensorflow.core.util import event_pb2
 
 from t2t_lite.runs import curves

@@ -5,7 +5,7 @@
 with tokens(u) the planned tokens of window u, p = 1/2 (sqrt) or 1 (linear), and s(u)
 the update step (unit "updates") or the planned tokens of the updates before u
 divided by the reference (unit "tokens"). Checked against a hand-written reference
-(tests/window_reference.py) over windows of 1, 1, 2, 2, 4, 4 micro-batches.
+(tests/support/window_reference.py) over windows of 1, 1, 2, 2, 4, 4 micro-batches.
 """
 
 import functools
@@ -13,9 +13,9 @@ import itertools
 
 import pytest
 import tensorflow as tf
-from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
-from cli_helpers import assert_user_error, run_cli
-from window_reference import (
+from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
+from support.cli_helpers import assert_user_error, run_cli
+from support.window_reference import (
     CONSTANT,
     DECAY,
     MICRO,

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
+from support.accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test

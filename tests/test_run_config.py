@@ -6,7 +6,7 @@ import os
 
 import pytest
 from absl import flags
-from cli_helpers import _activate
+from support.cli_helpers import _activate
 
 from t2t_lite.training.opening.run_config import (
     RunConfig,

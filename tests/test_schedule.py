@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
+from support.accumulation_helpers import build, run, tiny_hparams, uneven_micro_batches
 
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite.errors import UserError

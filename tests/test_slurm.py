@@ -7,7 +7,7 @@ import socket
 import sys
 
 import pytest
-from cli_helpers import assert_user_error, run_cli, run_cli_subprocess
+from support.cli_helpers import assert_user_error, run_cli, run_cli_subprocess
 from test_distributed import _assert_workers_agree, _free_port, finish, launch_workers
 
 from t2t_lite.errors import UserError

@@ -15,7 +15,7 @@ import types
 
 import pytest
 import tensorflow_datasets as tfds
-from cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
+from support.cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
 
 from t2t_lite import registry
 from t2t_lite.data import datagen

@@ -4,7 +4,7 @@ line (in-process, and once through the t2t-datagen CLI)."""
 import gzip
 
 import pytest
-from cli_helpers import assert_user_error, run_cli
+from support.cli_helpers import assert_user_error, run_cli
 
 from t2t_lite.data import datagen, text_io
 from t2t_lite.data.text_problems import TranslateParallelText

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import tensorflow as tf
-from cli_helpers import run_cli, tiny_trainer_flags
+from support.cli_helpers import run_cli, tiny_trainer_flags
 
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite.optim.batch_plan import BatchPlanError, parse_batch_size_schedule

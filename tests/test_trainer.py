@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import tensorflow as tf
-from accumulation_helpers import tolerance_ratio
+from support.accumulation_helpers import tolerance_ratio
 
 import t2t_lite  # noqa: F401
 from t2t_lite.errors import UserError

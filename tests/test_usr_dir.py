@@ -8,7 +8,7 @@ import os
 import textwrap
 
 import pytest
-from cli_helpers import assert_user_error, run_cli
+from support.cli_helpers import assert_user_error, run_cli
 
 from t2t_lite import registry
 from t2t_lite.errors import UserError

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli_helpers import assert_user_error, run_cli
+from support.cli_helpers import assert_user_error, run_cli
 
 import t2t_lite  # noqa: F401
 from t2t_lite.decoding.loading import load_for_decoding

@@ -29,7 +29,7 @@ if __name__ == "__main__":
     )
 
 import keras
-from accumulation_helpers import (
+from support.accumulation_helpers import (
     VOCAB,
     build,
     random_batch,
@@ -37,7 +37,7 @@ from accumulation_helpers import (
     tiny_hparams,
     tolerance_ratio,
 )
-from cli_helpers import run_cli, tiny_trainer_flags
+from support.cli_helpers import run_cli, tiny_trainer_flags
 
 from t2t_lite.data import pipeline
 from t2t_lite.training.opening import open_run

@@ -1,6 +1,6 @@
 """Run as a script (logical devices must exist before TensorFlow starts): a
 batch-size ramp on 2 replicas against the hand-written reference of
-tests/window_reference.py.
+tests/support/window_reference.py.
 
 The ramp in tokens over both replicas gives windows of 1, 1, 2, 2, 4, 4 micro-steps;
 every micro-step feeds each replica its own uneven micro-batch, so update u's window
@@ -20,8 +20,8 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * 2,
 )
 
-from accumulation_helpers import VOCAB, uneven_micro_batches
-from window_reference import (
+from support.accumulation_helpers import VOCAB, uneven_micro_batches
+from support.window_reference import (
     RAMP,
     Reference,
     drive,
@@ -29,7 +29,6 @@ from window_reference import (
     ratio,
     split_into_windows,
 )
-
 from t2t_lite.training.opening.build import build_run
 
 REPLICAS = 2

@@ -168,15 +168,17 @@ def tiny_trainer_flags(problem):
 
 
 def run_json_script(name, *args, timeout=600):
-    """Runs tests/NAME (a script that prints one JSON line last) in a fresh Python;
-    returns that JSON. A failure shows the end of its stderr."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    """Runs tests/support/NAME (a script that prints one JSON line last) in a fresh
+    Python, as the module support.NAME from tests/ so that it imports its siblings
+    as the tests do; returns that JSON. A failure shows the end of its stderr."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    module = "support." + os.path.splitext(name)[0]
     result = subprocess.run(
-        [sys.executable, os.path.join(here, name), *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=here,
+        cwd=tests,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

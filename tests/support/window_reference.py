@@ -17,8 +17,8 @@ class.
 
 import numpy as np
 import tensorflow as tf
-from accumulation_helpers import VOCAB, tiny_hparams
 
+from support.accumulation_helpers import VOCAB, tiny_hparams
 from t2t_lite.models.losses import token_loss
 from t2t_lite.training.opening.build import build_run
 

@@ -42,8 +42,7 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * 2,
 )
 
-from accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
-
+from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 from t2t_lite.models.losses import token_loss
 from t2t_lite.training.opening.build import build_run
 from t2t_lite.training.step.out_of_memory import SimulatedMemory
