@@ -9,7 +9,8 @@ import os
 import subprocess
 import sys
 
-# tests/conftest.py puts scripts/ on sys.path.
+# These tests exercise the benchmark scripts themselves; scripts/ is not a package.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
 import bench_peers
 import benchlib
 import numpy as np

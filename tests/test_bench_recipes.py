@@ -12,7 +12,8 @@ import subprocess
 import sys
 import types
 
-# tests/conftest.py puts scripts/ on sys.path.
+# These tests exercise the benchmark scripts themselves; scripts/ is not a package.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
 import bench_recipes
 import pytest
 import recipe_report
