@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.batch_plan import BatchPlan, BatchPlanError, register_batch_plan
+from t2t_lite.state_variables import first_replica_variable
 
 DEFAULT_EVERY = 100
 # `adaptive` alone: from the smallest window whose noise scale can be measured up to
@@ -225,10 +226,4 @@ def parse_limits(body, text, usage):
 def plan_variable(value, name, dtype=tf.int64):
     """A checkpointed variable of a plan's state: written by the host between
     steps, the same on every replica."""
-    return tf.Variable(
-        value,
-        dtype=dtype,
-        trainable=False,
-        name=name,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-    )
+    return first_replica_variable(value, dtype, name)

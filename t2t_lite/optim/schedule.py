@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from t2t_lite.errors import UserError
+from t2t_lite.state_variables import first_replica_variable
 
 
 class ScheduleError(UserError):
@@ -172,19 +173,9 @@ class BatchClock(tf.Module):
     def __init__(self):
         super().__init__(name="batch_clock")
         with self.name_scope:
-            self.window_tokens = _first_replica_variable(0, tf.int64, "window_tokens")
-            self.tokens_trained = _first_replica_variable(0, tf.int64, "tokens_trained")
-            self.applied_rate = _first_replica_variable(0.0, tf.float32, "applied_rate")
-
-
-def _first_replica_variable(value, dtype, name):
-    return tf.Variable(
-        value,
-        dtype=dtype,
-        trainable=False,
-        name=name,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-    )
+            self.window_tokens = first_replica_variable(0, tf.int64, "window_tokens")
+            self.tokens_trained = first_replica_variable(0, tf.int64, "tokens_trained")
+            self.applied_rate = first_replica_variable(0.0, tf.float32, "applied_rate")
 
 
 class BatchFollowingSchedule(keras.optimizers.schedules.LearningRateSchedule):

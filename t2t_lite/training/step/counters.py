@@ -3,6 +3,8 @@ exactly, and two flags each process keeps for itself."""
 
 import tensorflow as tf
 
+from t2t_lite.state_variables import first_replica_variable
+
 
 class StepCounters:
     """Variables the compiled step writes and the host loop reads."""
@@ -34,10 +36,4 @@ class StepCounters:
 
 
 def _counter(name):
-    return tf.Variable(
-        0,
-        dtype=tf.int64,
-        trainable=False,
-        name=name,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-    )
+    return first_replica_variable(0, tf.int64, name)

@@ -28,18 +28,10 @@ scale only changes at updates, so mid-window accumulators (scaled sums) stay val
 
 import tensorflow as tf
 
+from t2t_lite.state_variables import first_replica_variable
+
 INITIAL_SCALE = 2.0**15
 GROWTH_INTERVAL = 2000
-
-
-def _variable(value, dtype, name):
-    return tf.Variable(
-        value,
-        dtype=dtype,
-        trainable=False,
-        name=name,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-    )
 
 
 class DynamicLossScale(tf.Module):
@@ -59,9 +51,13 @@ class DynamicLossScale(tf.Module):
             )
         self.micro_batch_tokens = float(micro_batch_tokens)
         self.growth_interval = growth_interval
-        self.scale = _variable(initial_scale, tf.float32, "scale")
-        self.good_updates = _variable(0, tf.int64, "good_updates")  # since last change
-        self.overflows = _variable(0, tf.int64, "overflows")  # skipped for overflow
+        self.scale = first_replica_variable(initial_scale, tf.float32, "scale")
+        self.good_updates = first_replica_variable(
+            0, tf.int64, "good_updates"
+        )  # since last change
+        self.overflows = first_replica_variable(
+            0, tf.int64, "overflows"
+        )  # skipped for overflow
 
     def scale_loss(self, loss_sum):
         """A micro-batch's summed loss × scale / micro_batch_tokens."""

@@ -23,6 +23,8 @@ the sums ride the update's one all-reduce. The update itself is unchanged.
 
 import tensorflow as tf
 
+from t2t_lite.state_variables import first_replica_variable
+
 
 def _local(name):
     return tf.Variable(
@@ -31,16 +33,6 @@ def _local(name):
         name=name,
         synchronization=tf.VariableSynchronization.ON_READ,
         aggregation=tf.VariableAggregation.SUM,
-    )
-
-
-def _shared(value, name):
-    return tf.Variable(
-        value,
-        dtype=tf.float32,
-        trainable=False,
-        name=name,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
     )
 
 
@@ -76,9 +68,15 @@ class NoiseScale(tf.Module):
             self.square_sum = _local("micro_square_sum")  # Σ |grad_i|² / B_i²
             self.inverse_tokens = _local("micro_inverse_tokens")  # Σ 1 / B_i
             self.count = _local("micro_count")
-            self.trace_average = _shared(0.0, "trace_average")
-            self.gradient_average = _shared(0.0, "gradient_square_average")
-            self.weight = _shared(0.0, "average_weight")  # 1 - decay^k, k estimates
+            self.trace_average = first_replica_variable(
+                0.0, tf.float32, "trace_average"
+            )
+            self.gradient_average = first_replica_variable(
+                0.0, tf.float32, "gradient_square_average"
+            )
+            self.weight = first_replica_variable(
+                0.0, tf.float32, "average_weight"
+            )  # 1 - decay^k, k estimates
 
     @staticmethod
     def micro_batch(gradients, tokens):
