@@ -1,6 +1,6 @@
-"""The code layout is what docs/design.md §4 and README's "Code layout" say it is:
-imports run one way through the layers, and README lists every module that exists
-and no other."""
+"""The code layout is what docs/design.md §4 and docs/layout.md say it is: imports
+run one way through the layers, and docs/layout.md lists every module that exists and
+no other."""
 
 import ast
 import pathlib
@@ -80,9 +80,9 @@ def test_imports_run_one_way():
 
 
 def _readme_layout():
-    """The module paths README's "Code layout" block lists under t2t_lite/."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("## Code layout", 1)[1].split("\n    configs/", 1)[0]
+    """The module paths docs/layout.md lists under t2t_lite/."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    block = text.split("\n    t2t_lite/\n", 1)[1].split("\n    configs/", 1)[0]
     listed = set()
     for line in block.splitlines():
         # An entry starts in column 6; deeper lines continue a description.
@@ -97,12 +97,12 @@ def _readme_layout():
     return listed
 
 
-def test_readme_lists_every_module():
+def test_layout_page_lists_every_module():
     on_disk = {
         path.relative_to(PACKAGE).as_posix()
         for path in PACKAGE.rglob("*.py")
         if path.name != "__init__.py"
     }
     listed = _readme_layout()
-    assert sorted(on_disk - listed) == [], "missing from README's Code layout"
-    assert sorted(listed - on_disk) == [], "in README's Code layout, not on disk"
+    assert sorted(on_disk - listed) == [], "missing from docs/layout.md"
+    assert sorted(listed - on_disk) == [], "in docs/layout.md, not on disk"
