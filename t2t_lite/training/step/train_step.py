@@ -73,7 +73,10 @@ class _Counter:
 
 
 class TrainStep:
-    """Owns the global step and accumulators; calls model, loss and optimizer."""
+    """The host side of the step: owns the counters, accumulators and noise scale
+    that the per-replica body (ReplicaStep) writes, sizes the windows, calls the
+    compiled functions, splits a micro-batch that ran out of memory, and lists what
+    a checkpoint holds."""
 
     def __init__(
         self,
@@ -129,7 +132,6 @@ class TrainStep:
         )
         if can_vary:
             self._create_accumulator()
-        self.jit_compile = jit_compile
         # Tests and benchmarks set a training/step/out_of_memory.SimulatedMemory here.
         self.simulated_memory = None
         self.recompile()
