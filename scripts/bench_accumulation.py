@@ -26,7 +26,7 @@ pipeline is NOT measured. Every config consumes the same batches in the same ord
 sparse vs dense embedding-gradient difference at a realistic vocab size.
 
 Method: every config is built (same seed, same initial weights; t2t_lite configs
-through the trainer's own build_run, see scripts/benchlib.py) and warmed up by one
+through the trainer's own build_training, see scripts/benchlib.py) and warmed up by one
 pass over the batch list, which traces every tf.function (both the accumulate and the
 accumulate-and-update functions of TrainStep) and lets oneDNN build its kernels for
 every batch shape; the list length is a whole number of windows, so each batch always
@@ -183,7 +183,7 @@ def describe_batches(batches, tokens):
 
 
 def t2t_config(hp, vocab_size, n, seed, train_steps):
-    """The trainer's own TrainStep (build_run), accumulating n micro-batches."""
+    """The trainer's own TrainStep (build_training), accumulating n micro-batches."""
     hp = hp.override(optimizer_multistep_accumulate_steps=n)
     return benchlib.build_seeded_run(hp, vocab_size, train_steps, seed).step
 

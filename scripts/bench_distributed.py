@@ -11,7 +11,7 @@ children and prints. Three parts (--parts):
                 first --distinct_batches token-bucketed micro-batches of --problem,
                 cached and cycled, micro-batch i going to replica i mod R, so update u
                 consumes micro-batches 4u..4u+3 in both. Each child builds the run
-                with build_run, feeds it through ReplicaInputs (the trainer's input
+                with build_training, feeds it through ReplicaInputs (the trainer's input
                 path), warms up one pass over the batches (tracing, oneDNN kernels,
                 cache fill), then times --updates updates. The two configurations
                 alternate in fresh processes for --rounds rounds (rotating which goes
@@ -126,7 +126,7 @@ def child_args(args, child, config=""):
 
 def setup(args, worker_gpu, n, cross_device_ops=None):
     """(strategy, problem, run): the strategy first (it splits the CPU before any TF
-    op), then the run, built by the trainer's build_run."""
+    op), then the run, built by the trainer's build_training."""
     strategy = make_strategy(worker_gpu, cross_device_ops=cross_device_ops)
     problem = PROBLEMS.get(args.problem)()
     problem.load(None)
@@ -148,7 +148,8 @@ def train_steps(run, next_batch, start, count):
     outputs = []
     wall, cpu = time.perf_counter(), time.process_time()
     for i in range(count):
-        outputs.append(run.step(next_batch(), start + i)["tokens"])
+        closes = run.step.is_update_micro_step(start + i)
+        outputs.append(run.step.train_on(next_batch(), closes)["tokens"])
     tokens = sum(float(t) for out in outputs for t in out)  # one per replica
     return tokens, time.perf_counter() - wall, time.process_time() - cpu
 
@@ -369,7 +370,7 @@ def collectives_child(args):
         getattr(run.step, name).get_concrete_function(batch)
         counts[name] = (counter.groups, counter.tensors)
     for micro_step in range(n):  # the traced functions run: one real window
-        run.step(inputs.next(), micro_step)
+        run.step.train_on(inputs.next(), run.step.is_update_micro_step(micro_step))
     (acc_groups, acc_tensors), (upd_groups, upd_tensors) = counts.values()
     variables = len(run.model.trainable_variables)
     print(

@@ -4,7 +4,7 @@ Keras 3 + keras-hub peer, side by side.
 
 Configurations (--configs, all by default):
 
-  t2t_f32        t2t_lite's TrainStep (build_run, the trainer's own assembly), float32.
+  t2t_f32        t2t_lite's TrainStep (build_training, the trainer's own assembly), float32.
   t2t_recompute  the same with hparam recompute_grad=true (each encoder and decoder
                  layer recomputed in the backward pass, models/recompute.py).
   keras_f32      the Keras 3 + keras-hub encoder-decoder of bench_peers.py

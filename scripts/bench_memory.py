@@ -19,7 +19,7 @@ vocab x tokens, do not), vocabulary --vocab_size (8000) on the built-in
 algorithmic_reverse problem (--num_symbols = vocab - 2, sequence lengths
 --min_length..--max_length), token-bucketed by the trainer's pipeline
 (benchlib.fixed_batches; batch_size = b or n*b, padding included). The run is
-built by the trainer's build_run (benchlib.build_seeded_run), same seed everywhere.
+built by the trainer's build_training (benchlib.build_seeded_run), same seed everywhere.
 
 Each child reports:
 
@@ -184,7 +184,7 @@ def variable_mib(variables):
 
 
 def build(args, config):
-    """(run, batches): the fixed batches first, then the run (build_run)."""
+    """(run, batches): the fixed batches first, then the run (build_training)."""
     tokens, n, count = shape(args, config)
     hp = benchlib.hparams(
         args.hparams_set,
@@ -229,7 +229,7 @@ def child(args):
     for i, batch in enumerate(batches):
         before = tf_memory()
         reset_tf_peak()
-        step(batch, i)
+        step.train_on(batch, step.is_update_micro_step(i))
         after = tf_memory()
         micro.append(
             {

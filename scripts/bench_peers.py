@@ -3,11 +3,11 @@ instead, side by side in one run, on the same data and the same architecture.
 
 Configurations (--configs, all by default):
 
-  t2t_f32     t2t_lite TrainStep (build_run, the trainer's own assembly), float32.
+  t2t_f32     t2t_lite TrainStep (build_training, the trainer's own assembly), float32.
   t2t_bf16    the same with hparam activation_dtype=bfloat16 (mixed precision).
-  t2t_xla     the same, float32, with build_run(jit_compile=True) (XLA) and the
+  t2t_xla     the same, float32, with build_training(jit_compile=True) (XLA) and the
               batches padded to their length bucket (pipeline's pad_to_bucket), as
-              `t2t-trainer --xla` trains; reported as unavailable when build_run has
+              `t2t-trainer --xla` trains; reported as unavailable when build_training has
               no jit_compile keyword.
   keras_f32   what a Keras 3 user writes: keras_hub.layers.TransformerEncoder /
               TransformerDecoder + TokenAndPositionEmbedding (tied softmax), model.fit
@@ -404,21 +404,23 @@ def t2t_hparams(spec, activation_dtype):
 
 
 class T2TSession:
-    """A t2t_lite configuration, built the trainer's way (build_run)."""
+    """A t2t_lite configuration, built the trainer's way (build_training)."""
 
     def __init__(self, name, spec, batches):
         import benchlib
         import keras
         import tensorflow as tf
 
-        from t2t_lite.training.opening.build import build_run
+        from t2t_lite.training.opening.build import build_training
 
         hp = t2t_hparams(spec, DTYPES[name])
         if name == "t2t_xla":
-            if "jit_compile" not in inspect.signature(build_run).parameters:
-                raise RuntimeError("unavailable: build_run has no jit_compile keyword")
+            if "jit_compile" not in inspect.signature(build_training).parameters:
+                raise RuntimeError(
+                    "unavailable: build_training has no jit_compile keyword"
+                )
             keras.utils.set_random_seed(spec["seed"])
-            run = build_run(
+            run = build_training(
                 hp, vocab_size=spec["vocab_size"], train_steps=100000, jit_compile=True
             )
         else:
@@ -440,7 +442,9 @@ class T2TSession:
 
         start = time.perf_counter()
         for batch in self.batches[:count]:
-            out = self.step(batch, self.micro_step)
+            out = self.step.train_on(
+                batch, self.step.is_update_micro_step(self.micro_step)
+            )
             self.micro_step += 1
         float(tf.nest.flatten(out)[0])  # on CPU a call returns when done; to be sure
         seconds = time.perf_counter() - start

@@ -215,7 +215,7 @@ def bench_pipeline(problem, data_dir, args):
 
 
 def build_step(hparams_set, vocab_size, args):
-    """The trainer's own TrainStep (build_run), n=1."""
+    """The trainer's own TrainStep (build_training), n=1."""
     hp = build_hparams(hparams_set, args)
     return benchlib.build_seeded_run(hp, vocab_size, 100000, args.seed).step
 
@@ -244,7 +244,9 @@ def _timed(step, batches, first_step):
         waited += time.perf_counter() - before
         if batch is None:
             break
-        tokens += _total(step(batch, first_step + i)["tokens"])
+        tokens += _total(
+            step.train_on(batch, step.is_update_micro_step(first_step + i))["tokens"]
+        )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return tokens / wall, 1000.0 * cpu / tokens, 100.0 * waited / wall
 
@@ -255,7 +257,7 @@ def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
     live = iter(training_dataset(problem, data_dir, args))
     fixed = [next(live) for _ in range(steps)]
     for i in range(3):  # trace once, let oneDNN build its kernels
-        step(next(live), i)
+        step.train_on(next(live), step.is_update_micro_step(i))
     done, runs = [3], {"fixed": [], "live": []}
 
     def run_one(kind, _):

@@ -102,12 +102,14 @@ def child(args):
     tokens = [benchlib.non_pad_tokens(b) for b in batches]
     step = 0
     for batch in batches:  # trace once, warm up
-        run.step(batch, step)
+        run.step.train_on(batch, run.step.is_update_micro_step(step))
         step += 1
     began = time.perf_counter()
     done_tokens = 0
     for i in range(args.steps):
-        out = run.step(batches[i % len(batches)], step)
+        out = run.step.train_on(
+            batches[i % len(batches)], run.step.is_update_micro_step(step)
+        )
         done_tokens += tokens[i % len(batches)]
         step += 1
     float(out["loss_sum"][0])  # wait for the last step
@@ -153,7 +155,7 @@ def op_stats(run, batches, step, top=14):
 
     def steps():
         for i, batch in enumerate(batches):
-            run.step(batch, step + i)
+            run.step.train_on(batch, run.step.is_update_micro_step(step + i))
 
     totals = benchlib.op_type_stats(steps, len(batches))
     if totals is None:

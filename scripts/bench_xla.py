@@ -5,7 +5,7 @@ Side by side, in one process, on the same micro-batches, three configurations:
   plain    no XLA, batches padded to their own longest row (the default pipeline)
   padded   no XLA, batches padded to their bucket's length (pad_to_bucket=True):
            separates the cost of the extra padding from the gain of XLA
-  xla      XLA (build_run(jit_compile=True)) on the bucket-padded batches: what
+  xla      XLA (build_training(jit_compile=True)) on the bucket-padded batches: what
            --xla trains with
 
 Three setups (--setups):
@@ -29,7 +29,7 @@ Method: the first --num_batches training micro-batches (a whole number of accumu
 windows, so each batch always goes to the same compiled function) are drawn once with
 and without bucket padding; both lists hold the same sentences in the same order (only
 the padding differs), so every configuration trains on the same target tokens. Each
-configuration is built the trainer's way (build_run; same seed, same initial weights).
+configuration is built the trainer's way (build_training; same seed, same initial weights).
 Compile time: the first pass over the list (tracing, XLA compiling once per bucket
 shape, oneDNN kernel set-up) minus a steady pass; reported per configuration. A
 second, untimed pass follows. Steady state: --rounds rounds, each one pass over the
@@ -67,7 +67,7 @@ from t2t_lite.data.pipeline import (
 )
 from t2t_lite.optim.batch_plan import accumulate_steps
 from t2t_lite.registry import PROBLEMS
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 CONFIGS = {"plain": (False, False), "padded": (True, False), "xla": (True, True)}
 TRANSLATION_OVERRIDES = (
@@ -174,9 +174,9 @@ def padded_elements(batches):
 
 
 def build(hp, vocab_size, seed, jit_compile):
-    """build_run after seeding, as benchlib.build_seeded_run does (plus jit_compile)."""
+    """build_training after seeding, as benchlib.build_seeded_run does (plus jit_compile)."""
     keras.utils.set_random_seed(seed)
-    return build_run(
+    return build_training(
         hp, vocab_size=vocab_size, train_steps=10**6, jit_compile=jit_compile
     )
 
@@ -187,7 +187,7 @@ def one_pass(run, batches, start):
     began = time.perf_counter()
     out = None
     for i, batch in enumerate(batches):
-        out = run.step(batch, start + i)
+        out = run.step.train_on(batch, run.step.is_update_micro_step(start + i))
     float(out["loss_sum"][0])
     return time.perf_counter() - began
 

@@ -5,7 +5,7 @@ absolute number from another run means little. What they share:
 
 - `environment()` / `load_average()`: the context line every report starts with.
 - `hparams()`, `build_seeded_run()`, `build_seeded_model()`: runs and models built the
-  trainer's way (`t2t_lite.training.opening.build.build_run`,
+  trainer's way (`t2t_lite.training.opening.build.build_training`,
   `t2t_lite.models.factory.build_model`), never re-assembled by hand.
 - `fixed_batches()`: micro-batches drawn once from a problem's real token-batched
   pipeline, so that every configuration consumes the same data.
@@ -40,8 +40,8 @@ from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.models.factory import build_model, example_features
 from t2t_lite.registry import HPARAMS_SETS, MODELS
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
+from t2t_lite.training.opening.build import build_training
 
 
 def batch_signature():
@@ -89,10 +89,10 @@ def hparams(hparams_set, overrides="", **values):
 
 
 def build_seeded_run(hp, vocab_size, train_steps, seed, strategy=None):
-    """`build_run` (model, schedule, optimizer, TrainStep) after seeding everything,
+    """`build_training` (model, schedule, optimizer, TrainStep) after seeding everything,
     so two configurations built with the same seed start from the same weights."""
     keras.utils.set_random_seed(seed)
-    return build_run(
+    return build_training(
         hp, vocab_size=vocab_size, train_steps=train_steps, strategy=strategy
     )
 
@@ -240,7 +240,7 @@ def train_numbers_model(root, overrides="", train_steps=300):
         config=datagen.DatagenConfig(num_shards=2),
         log=lambda _: None,
     )
-    config = RunConfig(
+    config = TrainerOptions(
         problem="translate_numbers_en_fr",
         model="transformer",
         output_dir=output_dir,

@@ -1,7 +1,7 @@
 """Profile: where the wall time of a t2t-trainer run goes, per micro-step.
 
 Runs the real training loop, t2t_lite.training.loop.trainer.Trainer.train(), unmodified, with
-a RunConfig like configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on
+a TrainerOptions like configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on
 algorithmic_reverse, 2000 micro-steps, save and eval every 500) in a temporary
 output_dir, and times its parts through the Trainer's timing callbacks (`on_input`,
 `on_step`, `on_save`, `on_evaluate`; nothing is patched):
@@ -55,7 +55,7 @@ import tensorflow as tf
 from absl import logging
 
 import t2t_lite
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 
 
 def parse_args(argv):
@@ -150,7 +150,7 @@ class PhaseTimer:
 
 def make_trainer(args, output_dir, timer):
     hp = benchlib.hparams(args.hparams_set, args.hparams)
-    config = RunConfig(
+    config = TrainerOptions(
         problem=args.problem,
         model="transformer",
         output_dir=output_dir,
@@ -257,7 +257,9 @@ def pipeline_interference(trainer, chunks, chunk_steps, start_step):
                 if source == "live":
                     consumed.append(next(iterator))
                 t0 = time.perf_counter()
-                trainer.step(consumed[i], step)
+                trainer.step.train_on(
+                    consumed[i], trainer.step.is_update_micro_step(step)
+                )
                 if chunk:
                     times[source].append(time.perf_counter() - t0)
                 step += 1
@@ -272,11 +274,13 @@ def op_type_stats(trainer, steps, start_step):
     batches = [next(iterator) for _ in range(steps)]
     del iterator
     for i, batch in enumerate(batches):  # warm up on these shapes
-        trainer.step(batch, start_step + i)
+        trainer.step.train_on(batch, trainer.step.is_update_micro_step(start_step + i))
 
     def run_steps():
         for i, batch in enumerate(batches):
-            trainer.step(batch, start_step + steps + i)
+            trainer.step.train_on(
+                batch, trainer.step.is_update_micro_step(start_step + steps + i)
+            )
 
     return benchlib.op_type_stats(run_steps, steps)
 

@@ -8,7 +8,7 @@ starts one child per job spec (a dict, see bench_recipes.job_spec) with
 returns their results. In the child, `run(spec)` returns the result (a dict, written
 next to the spec as result.json):
 
-- Training is t2t_lite's own loop, `Trainer(RunConfig(...), hp).train()`, with one
+- Training is t2t_lite's own loop, `Trainer(TrainerOptions(...), hp).train()`, with one
   extra hook, `ClockMarks`. Its clock (wall time, or the process's CPU time with
   spec["clock"] "cpu") starts when the loop begins (the model is built, the input
   iterators exist) and runs while the loop trains, less the one-off start (tracing
@@ -40,7 +40,7 @@ from t2t_lite.decoding.loading import restore_model
 from t2t_lite.errors import first_line
 from t2t_lite.hparams_checks import validate
 from t2t_lite.registry import HPARAMS_SETS
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 from t2t_lite.training.reporting.evaluation import BleuEvaluator
 
 # Training runs until the clock says stop; train_steps only has to be out of reach
@@ -104,7 +104,9 @@ class ClockMarks:
 
     def _record(self, loop, trained):
         trainer = self.trainer
-        facts = trainer.run_log.progress_record()  # tokens_per_update, tokens_seen, ...
+        facts = (
+            trainer.reporter.progress_record()
+        )  # tokens_per_update, tokens_seen, ...
         record = {
             "mark_seconds": self.seconds[len(self.records)],
             "train_seconds": round(trained, 2),
@@ -133,7 +135,7 @@ def _learning_rate(trainer):
 
 
 def run_config(spec, output_dir):
-    return RunConfig(
+    return TrainerOptions(
         problem=spec["problem"],
         data_dir=spec["data_dir"],
         output_dir=output_dir,

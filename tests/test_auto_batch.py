@@ -21,13 +21,13 @@ from t2t_lite.hparams import HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import transformer_test
 from t2t_lite.optim.batch_plan import largest_micro_batch
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 from t2t_lite.training.opening.auto_batch import (
     AutoBatchError,
     _largest,
     probe_batch_size,
 )
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 from t2t_lite.training.step.out_of_memory import MicroBatchTooLarge, SimulatedMemory
 
 MAX_LENGTH = 32  # transformer_test's
@@ -39,7 +39,7 @@ def _hparams():
 
 
 def _trainer(output_dir, memory, train_steps, headroom):
-    config = RunConfig(
+    config = TrainerOptions(
         output_dir=str(output_dir),
         train_steps=train_steps,
         eval_steps=1,
@@ -99,8 +99,8 @@ def test_the_largest_micro_batch_that_fits_then_n_follows_and_resume_reuses_it(
 
 @pytest.fixture(scope="module")
 def provisional_run():
-    """A run as OpenRun builds it for batch_size=0: one sentence per micro-batch."""
-    return build_run(
+    """A run as TrainerSetup builds it for batch_size=0: one sentence per micro-batch."""
+    return build_training(
         _hparams().override(batch_size=MAX_LENGTH + 1), vocab_size=12, train_steps=8
     )
 
@@ -242,7 +242,7 @@ def test_a_memory_budget_bounds_the_micro_batch_on_a_cpu(tmp_path):
 def test_adaptive_alone_follows_the_fitted_micro_batch(tmp_path):
     """`adaptive` counts MIN and MAX in micro-batches: after the probe the plan
     starts at two fitted micro-batches, not two of the provisional one."""
-    config = RunConfig(
+    config = TrainerOptions(
         output_dir=str(tmp_path),
         train_steps=2,
         eval_steps=1,

@@ -13,7 +13,7 @@ from support.cli_helpers import assert_user_error, run_cli
 from t2t_lite.errors import UserError
 from t2t_lite.models.config import TransformerConfig
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.runs import averaging
+from t2t_lite.outputs import averaging
 
 _FEATURES = {"inputs": tf.ones([1, 3], tf.int32), "targets": tf.ones([1, 3], tf.int32)}
 

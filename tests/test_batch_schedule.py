@@ -35,7 +35,7 @@ from t2t_lite.optim.batch_plan import (
     register_batch_plan,
 )
 from t2t_lite.registry import MODELS
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 # --- plans ------------------------------------------------------------------------
 
@@ -164,7 +164,9 @@ WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
 @functools.cache
 def _start_weights():
     return tuple(
-        build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model.get_weights()
+        build_training(
+            hparams("sgd"), vocab_size=VOCAB, train_steps=1
+        ).model.get_weights()
     )
 
 
@@ -176,7 +178,7 @@ def _micro_batches():
 
 
 def _run(optimizer):
-    return build_run(
+    return build_training(
         hparams(optimizer),
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
@@ -307,7 +309,9 @@ def _noise_scale_run(p, updates, schedule="", n=4, rate=0.0, **overrides):
         noise_scale_decay=0.995,
     )
     hparams_checks.validate(hp, model=None)
-    return build_run(hp, vocab_size=len(p), train_steps=updates * n, model="logit_bias")
+    return build_training(
+        hp, vocab_size=len(p), train_steps=updates * n, model="logit_bias"
+    )
 
 
 def test_the_noise_scale_estimate_is_within_15_percent_of_the_truth():
@@ -316,7 +320,7 @@ def test_the_noise_scale_estimate_is_within_15_percent_of_the_truth():
     run = _noise_scale_run(TARGET_IDS, updates=800)
     batches = _sampled_batches(np.random.default_rng(0), 800 * 4, TARGET_IDS)
     for i, batch in enumerate(batches):
-        out = run.step(batch, i)
+        out = run.step.train_on(batch, run.step.is_update_micro_step(i))
     estimate = run.step.noise_scale_value()
     assert float(out["noise_scale"][0]) == pytest.approx(estimate)
     assert abs(estimate / truth - 1) < 0.15, (estimate, truth)
@@ -327,7 +331,7 @@ def test_without_noise_the_noise_scale_is_near_zero():
     certain[3] = 1.0
     run = _noise_scale_run(certain, updates=50)
     for i, batch in enumerate(_sampled_batches(np.random.default_rng(1), 200, certain)):
-        run.step(batch, i)
+        run.step.train_on(batch, run.step.is_update_micro_step(i))
     uniform = np.full(len(TARGET_IDS), 1 / len(TARGET_IDS))
     gradient_square = np.sum((uniform - certain) ** 2)
     assert float(run.step.noise_scale.gradient_average) > 0
@@ -439,11 +443,11 @@ def test_a_checkpoint_from_before_windows_resumes_inside_its_window(tmp_path):
     """A checkpoint without window_size/window_position/tokens_seen/noise_scale
     (an older version's), saved at micro-step 7 of n=3: it restores, and the window
     is taken as global_step mod n (position 1 of 3), so the run finishes it."""
-    from t2t_lite.runs.checkpoints import CheckpointKeeper
+    from t2t_lite.outputs.checkpoints import CheckpointKeeper
     from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=3)
-    old = build_run(hp, vocab_size=VOCAB, train_steps=9)
+    old = build_training(hp, vocab_size=VOCAB, train_steps=9)
     old.step.global_step.assign(7)
     items = dict(old.step.checkpoint_items())
     for name in ("window_size", "window_position", "tokens_seen", "noise_scale"):
@@ -452,7 +456,7 @@ def test_a_checkpoint_from_before_windows_resumes_inside_its_window(tmp_path):
     tf.train.CheckpointManager(
         written, str(tmp_path), max_to_keep=1, checkpoint_name="model"
     ).save(checkpoint_number=7)
-    new = build_run(hp, vocab_size=VOCAB, train_steps=9)
+    new = build_training(hp, vocab_size=VOCAB, train_steps=9)
     keeper = CheckpointKeeper(
         new.checkpoint(),
         str(tmp_path),
@@ -498,7 +502,7 @@ def test_a_registered_batch_plan_is_a_batch_size_schedule_kind():
     assert (
         plan.train_updates(14) == 6.0 and plan.train_updates(16) == 6.25
     )  # 2 of window 6 (8)
-    run = build_run(hp, vocab_size=VOCAB, train_steps=14)
+    run = build_training(hp, vocab_size=VOCAB, train_steps=14)
     assert drive(run.step, _micro_batches()) == WINDOWS
     assert run.step.update_step == len(WINDOWS)
     with pytest.raises(BatchPlanError, match="START,EVERY must be integers"):

@@ -17,10 +17,10 @@ from support.accumulation_helpers import build, run, tiny_hparams, uneven_micro_
 from support.cli_helpers import finish_cli, start_cli, tiny_trainer_flags
 
 from t2t_lite.models.losses import token_loss
-from t2t_lite.runs.checkpoints import CheckpointKeeper
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.outputs.checkpoints import CheckpointKeeper
+from t2t_lite.training.opening.build import build_training
 from t2t_lite.training.reporting.progress import ThroughputMeter, format_seconds
-from t2t_lite.training.reporting.run_info import grad_norm_text
+from t2t_lite.training.reporting.reporter import grad_norm_text
 from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
 # What TensorFlow prints on this kind of machine unless told not to (the CUDA and
@@ -70,7 +70,8 @@ def test_grad_norm_is_the_updates_norm_before_clipping_and_clips_are_counted():
         window = micro[2 * update : 2 * update + 2]
         expected.append(_reference_norm(model, window))
         run(step, window[:1], start=2 * update)
-        out = step({k: tf.constant(v) for k, v in window[1].items()}, 2 * update + 1)
+        features = {k: tf.constant(v) for k, v in window[1].items()}
+        out = step.train_on(features, closes_window=True)
         norms.append(float(out["grad_norm"][0]))
     np.testing.assert_allclose(norms, expected, rtol=1e-5)
     assert expected[0] > clip
@@ -117,7 +118,7 @@ def test_a_checkpoint_without_clipped_updates_still_restores(tmp_path):
     """A checkpoint written before clipped_updates existed restores, the counter at
     its initial 0; without declaring it optional the restore is refused (control)."""
     hp = tiny_hparams(clip_grad_norm=1.0)
-    old = build_run(hp, vocab_size=12, train_steps=4)
+    old = build_training(hp, vocab_size=12, train_steps=4)
     old.step.global_step.assign(7)
     items = dict(old.step.checkpoint_items())
     del items["clipped_updates"]
@@ -125,7 +126,7 @@ def test_a_checkpoint_without_clipped_updates_still_restores(tmp_path):
     tf.train.CheckpointManager(
         written, str(tmp_path), max_to_keep=1, checkpoint_name="model"
     ).save(checkpoint_number=7)
-    new = build_run(hp, vocab_size=12, train_steps=4)
+    new = build_training(hp, vocab_size=12, train_steps=4)
     new.step.clipped_updates.assign(0)
     keeper = CheckpointKeeper(
         new.checkpoint(),
@@ -139,7 +140,7 @@ def test_a_checkpoint_without_clipped_updates_still_restores(tmp_path):
     assert int(tf.convert_to_tensor(new.step.clipped_updates)) == 0
     assert hasattr(keeper.checkpoint, "clipped_updates")  # saved from now on
     strict = CheckpointKeeper(
-        build_run(hp, vocab_size=12, train_steps=4).checkpoint(),
+        build_training(hp, vocab_size=12, train_steps=4).checkpoint(),
         str(tmp_path),
         5,
         new.model.trainable_variables,

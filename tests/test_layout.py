@@ -14,7 +14,7 @@ PACKAGE = ROOT / "t2t_lite"
 LAYERS = [
     {"errors", "constants", "fileio", "console", "graph", "usr_dir", "state_variables"},
     {"hparams", "registry"},
-    {"hparams_sets", "hparams_checks", "data", "models", "optim", "runs"},
+    {"hparams_sets", "hparams_checks", "data", "models", "optim", "outputs"},
     {"registrations", "decoding"},
     {"training/cluster"},
     {"training/step"},

@@ -19,14 +19,14 @@ import pytest
 import tensorflow as tf
 from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 N = 4
 WINDOWS = 3  # measured after the first, which traces
 
 
 def _build(n, **overrides):
-    return build_run(
+    return build_training(
         tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides),
         vocab_size=VOCAB,
         train_steps=3 * n,
@@ -134,7 +134,7 @@ def _train_and_measure():
 
     with tf.variable_creator_scope(creator):
         for i, batch in enumerate(batches):
-            run.step(batch, i)
+            run.step.train_on(batch, run.step.is_update_micro_step(i))
             if i == N - 1:
                 before = _live_bytes()
             elif i >= N:
@@ -205,7 +205,7 @@ def trained():
 
 @pytest.mark.slow
 def test_micro_steps_create_no_variables_and_trace_once(trained):
-    """No variable is created after build_run, and each compiled function is traced
+    """No variable is created after build_training, and each compiled function is traced
     once for micro-batches of every shape."""
     assert trained.shapes == N * (WINDOWS + 1)
     assert trained.created == []

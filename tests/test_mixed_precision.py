@@ -24,7 +24,7 @@ from support.accumulation_helpers import (
 from support.cli_helpers import run_cli
 
 from t2t_lite.models.losses import token_loss
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 from t2t_lite.training.step.loss_scale import INITIAL_SCALE
 
 LOW_DTYPES = ("bfloat16", "float16")
@@ -138,7 +138,7 @@ def test_low_precision_accumulation_equals_big_batch(dtype, optimizer, tolerance
 
 
 def _float16_run(start, n=2):
-    return build_run(
+    return build_training(
         _hp("float16", n=n), vocab_size=VOCAB, train_steps=8, initial_weights=start
     )
 

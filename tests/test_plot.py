@@ -1,4 +1,4 @@
-"""t2t-plot and runs/curves.py: a run's curves read back exactly, and drawn.
+"""t2t-plot and outputs/curves.py: a run's curves read back exactly, and drawn.
 
 Runs are synthetic (a metrics.jsonl and TensorBoard events written here), except one
 tiny real t2t-trainer run (marked slow).
@@ -13,7 +13,7 @@ import tensorflow as tf
 from support.cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
 from tensorflow.core.util import event_pb2
 
-from t2t_lite.runs import curves
+from t2t_lite.outputs import curves
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

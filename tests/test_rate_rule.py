@@ -31,7 +31,7 @@ from t2t_lite.hparams import HParamsError
 from t2t_lite.optim.batch_plan import plan_from_hparams
 from t2t_lite.optim.schedule import BatchClock, schedule_from_hparams
 from t2t_lite.training.loop.trainer import simulation_line
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 WINDOWS = [1, 1, 2, 2, 4, 4]  # window_reference.RAMP's first six windows
 EXPONENTS = {"sqrt": 0.5, "linear": 1.0}
@@ -66,7 +66,7 @@ def _hand_rates(rule, unit, reference):
 
 @functools.cache
 def _start_weights():
-    run = build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1)
+    run = build_training(hparams("sgd"), vocab_size=VOCAB, train_steps=1)
     return tuple(run.model.get_weights())
 
 
@@ -105,7 +105,7 @@ def test_each_update_equals_a_big_batch_at_the_rate_of_its_tokens(
     rule, unit, reference
 ):
     hp = _hparams(rule, unit, reference)
-    run = build_run(
+    run = build_training(
         hp,
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
@@ -142,7 +142,7 @@ def test_a_resume_inside_a_window_keeps_the_rate_and_the_token_count(tmp_path):
     micro = _micro_batches()
 
     def fresh():
-        return build_run(
+        return build_training(
             hp,
             vocab_size=VOCAB,
             train_steps=sum(WINDOWS),
@@ -203,7 +203,7 @@ def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
         adam_beta1_follows_tokens=beta_1_follows,
         learning_rate_batch_scaling="sqrt",
     )
-    run = build_run(
+    run = build_training(
         hp,
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
@@ -235,7 +235,7 @@ def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
         ratio([tf.convert_to_tensor(s).numpy() for s in optimizer._velocities], v) < 1
     )
     # A control: Adam's own constant betas give other weights.
-    plain = build_run(
+    plain = build_training(
         hp.copy().override(
             adam_beta_tokens_reference=0, adam_beta1_follows_tokens=False
         ),

@@ -13,13 +13,13 @@ from support.accumulation_helpers import build, run, tiny_hparams, uneven_micro_
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.loop.trainer import DivergenceError, RunConfig, Trainer
+from t2t_lite.training.loop.trainer import DivergenceError, Trainer, TrainerOptions
 
 pytestmark = pytest.mark.slow  # every test trains and checkpoints real runs
 
 
 def _trainer(output_dir, train_steps, **overrides):
-    config = RunConfig(
+    config = TrainerOptions(
         problem="algorithmic_reverse",
         model="transformer",
         output_dir=str(output_dir),

@@ -12,7 +12,7 @@ import t2t_lite  # noqa: F401
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_base_fake_gpu8, transformer_test
 from t2t_lite.optim.batch_plan import plan_from_hparams
-from t2t_lite.training.loop.trainer import RunConfig, Trainer, simulation_line
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions, simulation_line
 
 N = 4
 
@@ -27,7 +27,7 @@ def _trainer(output_dir, train_steps):
 
 
 def _trainer_with(output_dir, train_steps, hp):
-    config = RunConfig(
+    config = TrainerOptions(
         problem="algorithmic_reverse",
         model="transformer",
         output_dir=str(output_dir),

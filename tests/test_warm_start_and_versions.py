@@ -14,13 +14,13 @@ import t2t_lite  # noqa: F401
 from t2t_lite.decoding.loading import load_for_decoding
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.runs import warm_start as warm_start_module
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
-from t2t_lite.training.opening import open_run
+from t2t_lite.outputs import warm_start as warm_start_module
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
+from t2t_lite.training.opening import trainer_setup
 
 
 def _trainer(output_dir, train_steps, hp=None, problem="algorithmic_reverse", **kw):
-    config = RunConfig(
+    config = TrainerOptions(
         problem=problem,
         model="transformer",
         output_dir=str(output_dir),
@@ -173,9 +173,11 @@ def test_a_changed_input_pipeline_restores_the_rest_and_warns_once(
         "_replica_train_dataset",
         lambda self, *a: original(self, *a).take(2**40),
     )
-    warnings = _recording(monkeypatch, open_run)
+    warnings = _recording(monkeypatch, trainer_setup)
     resumed = _trainer(run_dir, SOURCE_STEPS + 2)
-    inputs = open_run.ReplicaInputs(resumed.strategy, resumed._replica_train_dataset)
+    inputs = trainer_setup.ReplicaInputs(
+        resumed.strategy, resumed._replica_train_dataset
+    )
     resumed._attach_iterators(inputs)
     assert resumed.restore() == SOURCE_STEPS
     assert resumed.step.update_step == updates

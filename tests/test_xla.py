@@ -3,7 +3,7 @@
 - Bucket padding (`make_dataset(..., pad_to_bucket=True)`) gives one batch shape per
   length bucket, keeps every example and the token budget, resumes across the switch,
   and never changes a batch's loss or gradient (the padding is id 0, masked).
-- The XLA step (`build_run(..., jit_compile=True)`) gives the non-XLA step's weights
+- The XLA step (`build_training(..., jit_compile=True)`) gives the non-XLA step's weights
   after accumulated updates, traces once, and compiles once per batch shape: the
   compile count is read from XLA's own dump in a subprocess (this file run as a
   script, `python tests/test_xla.py`), which also checks XLA under MirroredStrategy
@@ -40,8 +40,8 @@ from support.accumulation_helpers import (
 from support.cli_helpers import run_cli, tiny_trainer_flags
 
 from t2t_lite.data import pipeline
-from t2t_lite.training.opening import open_run
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening import trainer_setup
+from t2t_lite.training.opening.build import build_training
 from t2t_lite.training.step.compiled import _BATCH_SIGNATURE
 
 MAX_LENGTH = 32
@@ -193,8 +193,8 @@ def _start_weights(hp):
 
 
 def _build(hp, start=None, jit_compile=False, strategy=None):
-    """(model, TrainStep) through the trainer's own build_run."""
-    run_ = build_run(
+    """(model, TrainStep) through the trainer's own build_training."""
+    run_ = build_training(
         hp,
         vocab_size=VOCAB,
         train_steps=8,
@@ -242,7 +242,9 @@ def test_xla_accumulated_updates_equal_the_non_xla_ones(optimizer, shared):
     for jit in (False, True):
         model, step = _build(hp, start, jit_compile=jit)
         outputs = [
-            step({k: tf.constant(v) for k, v in b.items()}, i)
+            step.train_on(
+                {k: tf.constant(v) for k, v in b.items()}, step.is_update_micro_step(i)
+            )
             for i, b in enumerate(micro)
         ]
         assert step.update_step == 4 and step.micro_step == 8
@@ -343,20 +345,20 @@ def test_xla_under_mirrored_strategy_equals_non_xla(script):
 @pytest.mark.slow
 def test_cli_xla_trains_and_resumes_without_it(tmp_path, monkeypatch):
     seen = {"jit_compile": [], "pad_to_bucket": []}
-    real_build_run = open_run.build_run
-    real_batches = open_run.batches_from_hparams
+    real_build_training = trainer_setup.build_training
+    real_batches = trainer_setup.batches_from_hparams
 
-    def build_run(*args, **kwargs):
+    def build_training(*args, **kwargs):
         seen["jit_compile"].append(kwargs.get("jit_compile"))
-        return real_build_run(*args, **kwargs)
+        return real_build_training(*args, **kwargs)
 
     def batches_from_hparams(*args, **kwargs):
         if kwargs["training"]:
             seen["pad_to_bucket"].append(kwargs.get("pad_to_bucket"))
         return real_batches(*args, **kwargs)
 
-    monkeypatch.setattr(open_run, "build_run", build_run)
-    monkeypatch.setattr(open_run, "batches_from_hparams", batches_from_hparams)
+    monkeypatch.setattr(trainer_setup, "build_training", build_training)
+    monkeypatch.setattr(trainer_setup, "batches_from_hparams", batches_from_hparams)
     flags = [
         *tiny_trainer_flags("algorithmic_reverse"),
         f"--output_dir={tmp_path}",
@@ -424,7 +426,7 @@ def _mirrored():
                     for k, v in pair[context.replica_id_in_sync_group].items()
                 }
             )
-            step(value, i)
+            step.train_on(value, step.is_update_micro_step(i))
         models.append(model)
     return {
         "updates": step.update_step,

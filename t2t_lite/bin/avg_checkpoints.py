@@ -11,7 +11,7 @@ from absl import flags, logging
 
 from t2t_lite.bin import common
 from t2t_lite.errors import UserError
-from t2t_lite.runs import averaging
+from t2t_lite.outputs import averaging
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", "", "The run's --output_dir, holding model-N files.")

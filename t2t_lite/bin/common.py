@@ -17,7 +17,7 @@ flags.DEFINE_string(
 
 
 def define_flags(specs, module_name):
-    """absl flags from declared options (training/opening/run_config.py's flag_specs()),
+    """absl flags from declared options (training/opening/trainer_options.py's flag_specs()),
     registered as `module_name`'s own: the CLI that uses them owns them, as if it
     had defined each one itself."""
     if module_name == "__main__":  # `python -m`: absl names the main module by path

@@ -27,7 +27,7 @@ from absl import flags
 from t2t_lite.bin import common
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.fileio import write_atomically
-from t2t_lite.runs import curves
+from t2t_lite.outputs import curves
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(

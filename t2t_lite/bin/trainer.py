@@ -14,16 +14,16 @@ from t2t_lite.bin import common
 from t2t_lite.errors import UserError
 from t2t_lite.fileio import write_atomically
 from t2t_lite.hparams_checks import validate
-from t2t_lite.runs.warm_start import resolve_checkpoint
+from t2t_lite.outputs.warm_start import resolve_checkpoint
 from t2t_lite.training.cluster import slurm
 from t2t_lite.training.cluster.distribution import CLUSTER_SOURCES, make_strategy
-from t2t_lite.training.loop.trainer import RunConfig, RunConfigError, Trainer
-from t2t_lite.training.opening.run_config import flag_specs
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions, TrainerOptionsError
+from t2t_lite.training.opening.trainer_options import flag_specs
 
 FLAGS = flags.FLAGS
 FLAGS_FILE = "flags.txt"
-# The run options (RunConfig's fields: --problem, --output_dir, --train_steps, ...)
-# are declared once, in training/opening/run_config.py; these flags are generated from them.
+# The run options (TrainerOptions's fields: --problem, --output_dir, --train_steps, ...)
+# are declared once, in training/opening/trainer_options.py; these flags are generated from them.
 common.define_flags(flag_specs(), __name__)
 flags.DEFINE_string("hparams_set", "transformer_base", "Registered hparams set.")
 flags.DEFINE_string(
@@ -62,10 +62,12 @@ flags.DEFINE_boolean("registry_help", False, "List every registered name and exi
 
 
 def _run_config():
-    """RunConfig from the flags; its range checks (the library's) name the flag."""
+    """TrainerOptions from the flags; its range checks (the library's) name the flag."""
     try:
-        return RunConfig(**{spec.name: FLAGS[spec.name].value for spec in flag_specs()})
-    except RunConfigError as e:
+        return TrainerOptions(
+            **{spec.name: FLAGS[spec.name].value for spec in flag_specs()}
+        )
+    except TrainerOptionsError as e:
         raise UserError(f"--{e.field} {e.requirement}") from None
 
 

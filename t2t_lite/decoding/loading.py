@@ -18,12 +18,12 @@ from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_checks import validate
 from t2t_lite.hparams_sets import with_new_keys_at_defaults
 from t2t_lite.models.factory import build_model
-from t2t_lite.runs.checkpoints import (
+from t2t_lite.outputs.checkpoints import (
     checkpoint_prefix,
     checkpoints_on_disk,
     restore_newest_readable,
 )
-from t2t_lite.runs.run_dir import HPARAMS_FILE, RUN_FILE
+from t2t_lite.outputs.run_files import HPARAMS_FILE, RUN_FILE
 
 
 def _read_json(path, what):

@@ -3,7 +3,7 @@
 
 A run's update u is one accumulation window of `size(u)` micro-batches of
 `micro_batch_tokens` tokens (batch_size × replicas, padding included), decided when
-the window starts; `tokens(u)` is what that window is planned to hold. `build_run`
+the window starts; `tokens(u)` is what that window is planned to hold. `build_training`
 (training/opening/build.py) builds the run's plan once, with `plan_from_hparams`, and hands
 the same object to the train step (which sizes windows with it), the learning-rate
 schedule (which counts updates or tokens with it) and the loop.

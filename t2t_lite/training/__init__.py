@@ -8,7 +8,7 @@
   update, out-of-memory splitting, loss scaling, the noise scale.
 - reporting/: what the host measures and records: evaluation, throughput, best
   checkpoint and early stopping, TensorBoard and log lines.
-- opening/: turning options into a run ready to train: RunConfig, build_run, the
-  auto batch size, input iterators, OpenRun.
+- opening/: turning options into a run ready to train: TrainerOptions, build_training, the
+  auto batch size, input iterators, TrainerSetup.
 - loop/: the training loop over accumulation windows and its hooks.
 """

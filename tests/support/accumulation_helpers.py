@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import t2t_lite  # noqa: F401  (registers everything)
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 VOCAB = 12
 
@@ -57,9 +57,9 @@ def concatenate(batches):
 
 
 def build(hp, train_steps, initial_weights=None, strategy=None):
-    """(model, TrainStep) for hp, through the trainer's own `build_run`; weights
+    """(model, TrainStep) for hp, through the trainer's own `build_training`; weights
     copied from initial_weights if given."""
-    run = build_run(
+    run = build_training(
         hp,
         vocab_size=VOCAB,
         train_steps=train_steps,
@@ -72,7 +72,8 @@ def build(hp, train_steps, initial_weights=None, strategy=None):
 def run(step, batches, start=0):
     """Feeds batches as micro-steps start, start+1, ... and returns the step."""
     for i, batch in enumerate(batches):
-        step({k: tf.constant(v) for k, v in batch.items()}, start + i)
+        features = {k: tf.constant(v) for k, v in batch.items()}
+        step.train_on(features, step.is_update_micro_step(start + i))
     return step
 
 

@@ -29,7 +29,7 @@ from support.window_reference import (
     ratio,
     split_into_windows,
 )
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 REPLICAS = 2
 WINDOWS = [1, 1, 2, 2, 4, 4]
@@ -38,9 +38,9 @@ WINDOWS = [1, 1, 2, 2, 4, 4]
 def main():
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     hp = hparams("momentum", schedule=RAMP, replicas=REPLICAS)
-    start = build_run(hp, vocab_size=VOCAB, train_steps=1).model.get_weights()
+    start = build_training(hp, vocab_size=VOCAB, train_steps=1).model.get_weights()
     micro = uneven_micro_batches(REPLICAS * sum(WINDOWS), seed=5)
-    run = build_run(
+    run = build_training(
         hp,
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),

@@ -2,7 +2,7 @@
 accumulation across replicas, against a reference computed by hand.
 
 2 replicas × n=3 micro-batches × 4 updates under MirroredStrategy, through the
-trainer's own `build_run`, must give the weights AND optimizer slots that plain
+trainer's own `build_training`, must give the weights AND optimizer slots that plain
 SGD / momentum formulas give on the same 24 uneven micro-batches:
 
     g(u) = Σ ∇(token loss sums of window u) / Σ tokens   [+ decay · w, clipped]
@@ -44,7 +44,7 @@ tf.config.set_logical_device_configuration(
 
 from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 from t2t_lite.models.losses import token_loss
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 from t2t_lite.training.step.out_of_memory import SimulatedMemory
 from t2t_lite.training.step.train_step import TrainStep
 
@@ -117,7 +117,9 @@ class Reference:
     for every batch shape and reused by every case)."""
 
     def __init__(self):
-        self.model = build_run(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model
+        self.model = build_training(
+            hparams("sgd"), vocab_size=VOCAB, train_steps=1
+        ).model
         signature = {
             key: tf.TensorSpec([None, None], tf.int32) for key in ("inputs", "targets")
         }
@@ -172,8 +174,8 @@ class Reference:
 
 
 def distributed(strategy, start, optimizer, step_class=TrainStep, **overrides):
-    """A run built by build_run under `strategy` from the weights `start`."""
-    run = build_run(
+    """A run built by build_training under `strategy` from the weights `start`."""
+    run = build_training(
         hparams(optimizer, **overrides),
         vocab_size=VOCAB,
         train_steps=N * UPDATES,
@@ -195,7 +197,9 @@ def train(strategy, run, micro):
     """Feeds `micro` to the run's step, REPLICAS micro-batches per micro-step."""
     for micro_step in range(len(micro) // REPLICAS):
         pair = micro[micro_step * REPLICAS : (micro_step + 1) * REPLICAS]
-        run.step(distribute(strategy, pair), micro_step)
+        run.step.train_on(
+            distribute(strategy, pair), run.step.is_update_micro_step(micro_step)
+        )
     return run
 
 
@@ -259,7 +263,7 @@ class ChattyStep(TrainStep):
 def one_replica_fails(strategy, micro):
     """Whether a step failing on replica 1 alone left every replica's state as it
     was, for an accumulate and an update micro-step."""
-    run = build_run(
+    run = build_training(
         hparams("momentum"),
         vocab_size=VOCAB,
         train_steps=8,
@@ -308,7 +312,7 @@ def main():
         ["/cpu:0", "/cpu:1"], cross_device_ops=counter
     )
     tf.keras.utils.set_random_seed(20261130)
-    start = build_run(
+    start = build_training(
         hparams("sgd"), vocab_size=VOCAB, train_steps=1
     ).model.get_weights()
     reference = Reference()

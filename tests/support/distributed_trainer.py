@@ -32,7 +32,7 @@ tf.config.set_logical_device_configuration(
 import t2t_lite  # noqa: F401
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 
 N = 3
 
@@ -70,7 +70,7 @@ class StopAt:
 
 
 def trainer(output_dir, train_steps, strategy, hp=None, callbacks=()):
-    config = RunConfig(
+    config = TrainerOptions(
         problem="algorithmic_reverse",
         model="transformer",
         output_dir=output_dir,
@@ -153,7 +153,7 @@ def check_dropout(t, strategy):
     assert not t.step.is_update_micro_step(t.step.micro_step)
     batch = next(iter(t.dataset("train", training=True, seed=1)))
     same = strategy.experimental_distribute_values_from_function(lambda ctx: batch)
-    out = t.step(same, t.step.micro_step)
+    out = t.step.train_on(same, closes_window=False)
     losses = [float(x) for x in out["loss_sum"]]
     return {"dropout_replica_losses": losses}
 

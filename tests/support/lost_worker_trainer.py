@@ -12,7 +12,7 @@ import os
 import signal
 
 from t2t_lite.bin.trainer import run
-from t2t_lite.runs.checkpoints import CheckpointKeeper
+from t2t_lite.outputs.checkpoints import CheckpointKeeper
 from t2t_lite.training.step.train_step import TrainStep
 
 

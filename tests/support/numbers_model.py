@@ -6,7 +6,7 @@ import os
 from t2t_lite.data import datagen
 from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 from t2t_lite.registry import HPARAMS_SETS
-from t2t_lite.training.loop.trainer import RunConfig, Trainer
+from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 
 TRAIN_STEPS = 300
 
@@ -23,7 +23,7 @@ def train_numbers_model(root):
         config=datagen.DatagenConfig(num_shards=2),
         log=lambda _: None,
     )
-    config = RunConfig(
+    config = TrainerOptions(
         problem="translate_numbers_en_fr",
         model="transformer",
         output_dir=output_dir,

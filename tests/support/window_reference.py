@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from support.accumulation_helpers import VOCAB, tiny_hparams
 from t2t_lite.models.losses import token_loss
-from t2t_lite.training.opening.build import build_run
+from t2t_lite.training.opening.build import build_training
 
 CONSTANT, MOMENTUM, DECAY = 0.5, 0.9, 100
 ADAM_EPSILON = 1e-3  # large enough that the update is not sign(m): ε matters
@@ -68,7 +68,7 @@ class Reference:
     """The update rules above in numpy, on gradients of a plain copy of the model."""
 
     def __init__(self, hp):
-        self.model = build_run(hp, vocab_size=VOCAB, train_steps=1).model
+        self.model = build_training(hp, vocab_size=VOCAB, train_steps=1).model
         signature = {
             key: tf.TensorSpec([None, None], tf.int32) for key in ("inputs", "targets")
         }

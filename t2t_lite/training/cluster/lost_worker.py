@@ -16,8 +16,8 @@ import re
 from absl import logging
 
 from t2t_lite.errors import UserError
-from t2t_lite.runs import run_dir
-from t2t_lite.runs.checkpoints import checkpoints_on_disk
+from t2t_lite.outputs import run_files
+from t2t_lite.outputs.checkpoints import checkpoints_on_disk
 from t2t_lite.training.cluster.distribution import gather_workers
 
 _TASK = re.compile(r"/job:(chief|worker)/replica:\d+/task:(\d+)")
@@ -42,7 +42,7 @@ def newest_common_step(output_dir, workers):
     """The newest checkpoint step that every worker's directory holds, or None."""
     common = None
     for worker in range(workers):
-        directory = run_dir.worker_checkpoint_dir(output_dir, worker)
+        directory = run_files.worker_checkpoint_dir(output_dir, worker)
         steps = {step for step, _ in checkpoints_on_disk(directory)}
         common = steps if common is None else common & steps
     return max(common) if common else None
@@ -71,7 +71,7 @@ def worker_lost(error, own, output_dir, workers, step):
 def restore_common_step(run, path):
     """Every worker of a multi-host run resumes from the same step, or none
     does: collectives would otherwise pair up different micro-steps, silently.
-    `run`: the OpenRun; returns the path restored in the end.
+    `run`: the TrainerSetup; returns the path restored in the end.
 
     Each worker has restored its newest readable checkpoint (`path`, its own
     directory); one all-gather compares the steps. If they differ (a worker
@@ -93,7 +93,7 @@ def restore_common_step(run, path):
         )
     able = 1
     if mine != target:
-        root = run.run.checkpoint() if run.input_pipeline_changed else None
+        root = run.parts.checkpoint() if run.input_pipeline_changed else None
         path = run.checkpoints.restore_newest_readable(root, at_most=target)
         able = int(path is not None and int(run.step.micro_step) == target)
     ables = gather_workers(run.strategy, able)

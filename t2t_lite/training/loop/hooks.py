@@ -53,7 +53,7 @@ class ProgressHook:
         self.meter = ThroughputMeter(loop.start, self.trainer.config.train_steps)
 
     def after_step(self, loop):
-        config, run_log = self.trainer.config, self.trainer.run_log
+        config, run_log = self.trainer.config, self.trainer.reporter
         self.meter.add(loop.out)
         done = loop.done
         logging_now = done % config.log_steps == 0 or done == config.train_steps
@@ -120,9 +120,9 @@ class EvaluationHook:
             return
         loop.record = trainer.evaluate(stop=loop.stop)
         evaluated = bool(loop.record and "loss" in loop.record)  # the chief's, in full
-        if evaluated and trainer.run_state.should_stop_early(loop.done):
+        if evaluated and trainer.eval_tracker.should_stop_early(loop.done):
             if not loop.many_workers:
-                trainer.run_state.checkpoint_of(loop.done)  # saved unless it was
+                trainer.eval_tracker.checkpoint_of(loop.done)  # saved unless it was
                 loop.finish(loop.record)
             else:
                 trainer.step.request_stop()  # every worker stops at the next update

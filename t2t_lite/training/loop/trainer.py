@@ -1,8 +1,8 @@
-"""Training: an open run (training/opening/open_run.py) and a short loop whose side work is
-done by hooks (training/loop/hooks.py).
+"""Training: a run set up (training/opening/trainer_setup.py) and a short loop whose
+side work is done by hooks (training/loop/hooks.py).
 
-Library code: it takes a `RunConfig` (training/opening/run_config.py) and an HParams, never
-flags (bin/trainer.py generates the flags from RunConfig).
+Library code: it takes `TrainerOptions` (training/opening/trainer_options.py) and an
+HParams, never flags (bin/trainer.py generates the flags from TrainerOptions).
 """
 
 import time
@@ -15,18 +15,20 @@ from t2t_lite.optim.schedule import RATE_RULES, reference_tokens
 from t2t_lite.training.cluster.lost_worker import worker_lost
 from t2t_lite.training.loop.hooks import Loop, default_hooks
 from t2t_lite.training.loop.preemption import StopRequest
-from t2t_lite.training.opening.open_run import OpenRun
-from t2t_lite.training.opening.run_config import RunConfig, RunConfigError
-from t2t_lite.training.reporting.run_info import write_hparams_summary
-from t2t_lite.training.reporting.run_state import DivergenceError
+from t2t_lite.training.opening.trainer_options import (
+    TrainerOptions,
+    TrainerOptionsError,
+)
+from t2t_lite.training.opening.trainer_setup import TrainerSetup
+from t2t_lite.training.reporting.reporter import DivergenceError, write_hparams_summary
 from t2t_lite.training.step import out_of_memory
 
 # Callers import these from here, the module that runs training:
 __all__ = [
     "DivergenceError",
-    "RunConfig",
-    "RunConfigError",
     "Trainer",
+    "TrainerOptions",
+    "TrainerOptionsError",
     "simulation_line",
 ]
 
@@ -80,12 +82,12 @@ def _rate_text(hp, plan):
     return "; " + ", ".join(parts) if parts else ""
 
 
-class Trainer(OpenRun):
+class Trainer(TrainerSetup):
     """An open run that trains: `train()` resumes, loops over micro-steps and
     returns the final evaluation.
 
     callbacks: extra hooks after the default ones (training/loop/hooks.py), e.g. the
-    profilers' timers in scripts/. simulated_memory: see OpenRun.
+    profilers' timers in scripts/. simulated_memory: see TrainerSetup.
     """
 
     def __init__(self, config, hp, strategy=None, callbacks=(), simulated_memory=None):
@@ -118,20 +120,22 @@ class Trainer(OpenRun):
         if start >= self.config.train_steps:
             logging.info("Already trained to step %d; evaluating only.", start)
             return self.evaluate(write=False)
-        if self.run_state.had_stopped_early():
+        if self.eval_tracker.had_stopped_early():
             logging.info(
                 "The run had stopped early; evaluating only (raise "
                 "eval_early_stopping_steps, or set it to 0, to train on)."
             )
             return self.evaluate(write=False)
-        write_hparams_summary(self.run_log.writer("train"), self.hp, self.config, start)
+        write_hparams_summary(
+            self.reporter.writer("train"), self.hp, self.config, start
+        )
         logging.info(simulation_line(self.hp, self.replicas, self.plan))
         self._warn_about_an_incomplete_window()
         try:
             with StopRequest() as stop:
                 return self._loop(inputs, Loop(stop, start, self.workers > 1))
         finally:
-            self.run_log.close()
+            self.reporter.close()
 
     def _warn_about_an_incomplete_window(self):
         train_steps = self.config.train_steps
@@ -154,7 +158,7 @@ class Trainer(OpenRun):
         step, train_steps, last_size = loop.start, self.config.train_steps, None
         for size, first in self.step.windows(self._decided):
             if size != last_size and not self.plan.constant:
-                self.run_log.window_size(step, size, last_size)
+                self.reporter.window_size(step, size, last_size)
                 last_size = size
             for position in range(first, size):
                 if self._micro_step(inputs, loop, step, position + 1 == size):
@@ -191,7 +195,7 @@ class Trainer(OpenRun):
 
     def _decided(self, update, old, new):
         """An adaptive batch's decision: logged, and in metrics.jsonl."""
-        self.run_log.batch_decision(
+        self.reporter.batch_decision(
             update,
             old,
             new,

@@ -77,13 +77,18 @@ class AutoBatchError(UserError):
 
 
 def probe_batch_size(
-    run, *, memory_budget_gb=0.0, headroom=0.1, tokens_per_update, simulated_memory=None
+    parts,
+    *,
+    memory_budget_gb=0.0,
+    headroom=0.1,
+    tokens_per_update,
+    simulated_memory=None,
 ):
     """The AutoBatch of `run` (built with batch_size max_length + 1) on its
     strategy's devices; the run's state is as it was before. tokens_per_update:
     optim/batch_plan.py's largest_micro_batch(). simulated_memory: a SimulatedMemory
     (tests, benchmarks)."""
-    length = run.hp.max_length
+    length = parts.hp.max_length
     device = _memory_device()
     if memory_budget_gb <= 0 and device.startswith("CPU") and not simulated_memory:
         raise AutoBatchError(
@@ -100,13 +105,13 @@ def probe_batch_size(
     if budget is not None:
         _check_statistics(device)  # the peak counts every tensor, or a clear error
     began = time.perf_counter()
-    fits = _Fits(run, length, device, budget, simulated_memory)
-    saved = _host_copy(run)
+    fits = _Fits(parts, length, device, budget, simulated_memory)
+    saved = _host_copy(parts)
     try:
         largest = _largest(fits, cap)
     finally:
         _put_back(saved)
-        run.step.simulated_memory = None
+        parts.step.simulated_memory = None
     if largest == 0:
         raise AutoBatchError(
             f"batch_size=0 (auto): not even one sentence pair of max_length {length} "
@@ -114,7 +119,7 @@ def probe_batch_size(
             "or use recompute_grad=true."
         )
     sentences = max(1, int(largest * (1.0 - headroom)))
-    if not run.hp.batch_size_schedule:  # the fewest sentences for the same n
+    if not parts.hp.batch_size_schedule:  # the fewest sentences for the same n
         n = math.ceil(tokens_per_update / (sentences * (length + 1)))
         sentences = math.ceil(tokens_per_update / (n * (length + 1)))
     return AutoBatch(
@@ -152,11 +157,16 @@ class _Fits:
     """fits(r): whether the run's update step on r sentences of `length` tokens
     runs within the limit."""
 
-    def __init__(self, run, length, device, budget, simulated_memory):
-        self.run, self.length, self.device, self.budget = run, length, device, budget
+    def __init__(self, parts, length, device, budget, simulated_memory):
+        self.parts, self.length, self.device, self.budget = (
+            parts,
+            length,
+            device,
+            budget,
+        )
         self.count = 0
         self.peaks = {}  # sentences: the allocator's peak in bytes, under a budget
-        run.step.simulated_memory = simulated_memory
+        parts.step.simulated_memory = simulated_memory
 
     def __call__(self, sentences):
         self.count += 1
@@ -164,7 +174,7 @@ class _Fits:
         if self.budget is not None:
             tf.config.experimental.reset_memory_stats(self.device)  # the peak from here
         try:
-            self.run.step.probe(batch)
+            self.parts.step.probe(batch)
         except tf.errors.ResourceExhaustedError:
             return False
         if self.budget is None:
@@ -184,7 +194,7 @@ class _Fits:
         # Non-pad ids: memory does not depend on which.
         ids = tf.fill([sentences, self.length], 2)
         share = {"inputs": ids, "targets": ids}
-        strategy = self.run.strategy
+        strategy = self.parts.strategy
         if strategy.num_replicas_in_sync == 1:
             return share
         return strategy.experimental_distribute_values_from_function(
@@ -192,10 +202,10 @@ class _Fits:
         )
 
 
-def _state_variables(run):
+def _state_variables(parts):
     """Every variable the run's checkpoint holds (weights, slots, counters,
     accumulators, dropout generators, loss scale, noise scale)."""
-    checkpoint = run.checkpoint()
+    checkpoint = parts.checkpoint()
     found = []
     for item in tf.train.TrackableView(checkpoint).descendants():
         if isinstance(item, (tf.Variable, keras.Variable)):
@@ -203,8 +213,8 @@ def _state_variables(run):
     return found
 
 
-def _host_copy(run):
-    return [(v, tf.convert_to_tensor(v).numpy()) for v in _state_variables(run)]
+def _host_copy(parts):
+    return [(v, tf.convert_to_tensor(v).numpy()) for v in _state_variables(parts)]
 
 
 def _put_back(saved):

@@ -1,6 +1,6 @@
 """The one place that assembles a run: model → schedule → optimizer → TrainStep.
 
-The trainer, the tests and the benchmarks all call `build_run`, so an equivalence test
+The trainer, the tests and the benchmarks all call `build_training`, so an equivalence test
 exercises exactly what `t2t-trainer` trains with, not a copy of its assembly. Every
 variable (weights, optimizer slots, accumulators, counters) is created under
 `strategy.scope()`, so the same code builds a single-device run or a
@@ -22,7 +22,7 @@ from t2t_lite.training.step.train_step import TrainStep
 
 
 @dataclasses.dataclass
-class Run:
+class TrainingParts:
     """What a training run computes with (data and files are the trainer's)."""
 
     hp: object
@@ -44,7 +44,7 @@ class Run:
         )
 
 
-def build_run(
+def build_training(
     hp,
     *,
     vocab_size,
@@ -95,22 +95,22 @@ def build_run(
     replicas = tf.Variable(
         strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="replicas"
     )
-    return Run(hp, the_model, schedule, optimizer, step, strategy, replicas)
+    return TrainingParts(hp, the_model, schedule, optimizer, step, strategy, replicas)
 
 
-def replan(run, hp, train_steps):
+def replan(parts, hp, train_steps):
     """Gives a built run the micro-batch of `hp` (batch_size=0 resolved,
     training/opening/auto_batch.py): its window plan, the schedule that counts the updates
     of that plan, the loss scale's micro-batch bound, and a fresh trace of the
-    step. The variables stay: `run` was built with a smaller micro-batch, so with at
+    step. The variables stay: `parts` were built with a smaller micro-batch, so with at
     least the accumulators and noise-scale state this plan needs."""
-    plan = plan_from_hparams(hp, run.strategy.num_replicas_in_sync)
-    run.schedule = schedule_from_hparams(hp, train_steps, plan, run.step.clock)
-    run.optimizer.learning_rate = run.schedule
-    run.hp = hp
+    plan = plan_from_hparams(hp, parts.strategy.num_replicas_in_sync)
+    parts.schedule = schedule_from_hparams(hp, train_steps, plan, parts.step.clock)
+    parts.optimizer.learning_rate = parts.schedule
+    parts.hp = hp
     # Keeps the old plan's state, traces anew:
-    run.step.set_plan(plan, micro_batch_tokens=max(hp.batch_size, hp.max_length))
-    return run
+    parts.step.set_plan(plan, micro_batch_tokens=max(hp.batch_size, hp.max_length))
+    return parts
 
 
 def _optimizer(hp, schedule, clock):

@@ -1,5 +1,5 @@
 """What a run directory records about the run that trains in it, so that a resume
-continues the same run (runs/run_dir.py's check_run_identity refuses another)."""
+continues the same run (outputs/run_files.py's check_run_identity refuses another)."""
 
 import dataclasses
 

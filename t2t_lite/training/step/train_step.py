@@ -46,7 +46,7 @@ from t2t_lite.training.step.noise_scale import NoiseScale
 from t2t_lite.training.step.replica_step import ReplicaStep
 
 # Checkpoint items newer than some checkpoints in existence: restoring a checkpoint
-# without one leaves it at its initial value (runs/checkpoints.py, `optional`).
+# without one leaves it at its initial value (outputs/checkpoints.py, `optional`).
 OPTIONAL_CHECKPOINT_ITEMS = (
     "clipped_updates",
     "window_size",
@@ -315,16 +315,6 @@ class TrainStep:
     def request_stop(self):
         """Makes the next update report `stop_votes` > 0 on every worker."""
         self.counters.stop_vote.assign(1.0)
-
-    def __call__(self, batch, global_step):
-        """Runs micro-step `global_step`; returns {"loss_sum", "tokens"} of this
-        batch (one tensor per local replica). An update also returns, summed over the
-        window and all replicas, "window_loss_sum", "window_tokens" and
-        "stop_votes", and "grad_norm": the global norm of the update's gradient
-        before clipping (all-reduced, normalized, unscaled, weight decay added)."""
-        if not self.plan.constant:
-            raise TypeError("windows vary: drive them with windows() and train_on().")
-        return self.train_on(batch, self.is_update_micro_step(global_step))
 
     def checkpoint_items(self):
         """Objects a tf.train.Checkpoint must hold to resume exactly, even mid-window."""

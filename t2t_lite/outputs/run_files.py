@@ -20,7 +20,7 @@ from t2t_lite.errors import UserError
 from t2t_lite.fileio import append_line, write_atomically
 from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_sets import with_new_keys_at_defaults
-from t2t_lite.runs.checkpoints import checkpoints_on_disk
+from t2t_lite.outputs.checkpoints import checkpoints_on_disk
 
 HPARAMS_FILE = "hparams.json"
 RUN_FILE = "run.json"

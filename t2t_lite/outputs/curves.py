@@ -1,6 +1,6 @@
 """A run's learning curves as plain lists, for t2t-plot (no plotting here).
 
-Two sources, both written by the trainer (see runs/run_dir.py for the layout):
+Two sources, both written by the trainer (see outputs/run_files.py for the layout):
 
   OUTPUT_DIR/metrics.jsonl   dev metrics, one record per evaluation: global_step,
                              update_step, loss, accuracy, sequence_accuracy (, bleu),
@@ -31,7 +31,7 @@ from tensorflow.core.util import event_pb2
 
 from t2t_lite.constants import BATCH_CURVES, EVAL_METRICS
 from t2t_lite.errors import UserError, first_line
-from t2t_lite.runs.run_dir import METRICS_FILE, RUN_FILE
+from t2t_lite.outputs.run_files import METRICS_FILE, RUN_FILE
 
 TRAIN_DIR, EVAL_DIR = "train", "eval"
 CURVES = EVAL_METRICS + BATCH_CURVES  # what a run's curves can hold

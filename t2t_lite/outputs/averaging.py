@@ -24,8 +24,8 @@ from absl import logging
 
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.fileio import write_atomically
-from t2t_lite.runs.checkpoints import checkpoints_on_disk
-from t2t_lite.runs.run_dir import HPARAMS_FILE, RUN_FILE
+from t2t_lite.outputs.checkpoints import checkpoints_on_disk
+from t2t_lite.outputs.run_files import HPARAMS_FILE, RUN_FILE
 
 _STATE_FILE = "checkpoint"
 _BUNDLE_FILE = re.compile(r"^model-\d+\.(index|data-\d+-of-\d+)$")

@@ -1,6 +1,6 @@
 """Opening a training run: everything a run is built from, apart from running it.
 
-`OpenRun(config, hp, strategy)` looks up the names, loads the problem, guards the run
+`TrainerSetup(config, hp, strategy)` looks up the names, loads the problem, guards the run
 directory, seeds, builds model/schedule/optimizer/train step (training/opening/build.py),
 evaluators, the checkpoint keeper and the logs, and offers what the loop and the
 tests do with them: restore, save, evaluate, datasets. training/loop/trainer.py adds the
@@ -24,11 +24,11 @@ from absl import logging
 
 from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.optim.batch_plan import largest_micro_batch, plan_from_hparams
+from t2t_lite.outputs import run_files
+from t2t_lite.outputs.best import check_metric
+from t2t_lite.outputs.checkpoints import CheckpointKeeper, InputPipelineChanged
+from t2t_lite.outputs.warm_start import warm_start
 from t2t_lite.registry import MODELS, PROBLEMS
-from t2t_lite.runs import run_dir
-from t2t_lite.runs.best import check_metric
-from t2t_lite.runs.checkpoints import CheckpointKeeper, InputPipelineChanged
-from t2t_lite.runs.warm_start import warm_start
 from t2t_lite.training.cluster.distribution import (
     is_chief,
     num_workers,
@@ -41,16 +41,16 @@ from t2t_lite.training.opening.auto_batch import (
     AutoBatchError,
     probe_batch_size,
 )
-from t2t_lite.training.opening.build import build_run, replan
+from t2t_lite.training.opening.build import build_training, replan
 from t2t_lite.training.opening.inputs import ReplicaInputs
 from t2t_lite.training.opening.run_identity import identity_hints, run_identity
+from t2t_lite.training.reporting.eval_tracker import EvalTracker
 from t2t_lite.training.reporting.evaluation import BleuEvaluator, Evaluator
-from t2t_lite.training.reporting.run_info import check_train_steps_change
-from t2t_lite.training.reporting.run_state import RunLog, RunState
+from t2t_lite.training.reporting.reporter import Reporter, check_train_steps_change
 from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
 
-class OpenRun:
+class TrainerSetup:
     """The parts of one run (model, optimizer, train step, evaluators, checkpoints,
     logs) and what is done with them between steps.
 
@@ -60,7 +60,7 @@ class OpenRun:
     """
 
     def __init__(self, config, hp, strategy=None, hooks=(), simulated_memory=None):
-        """config: a RunConfig (checked when built); hp: validated hparams
+        """config: a TrainerOptions (checked when built); hp: validated hparams
         (bin/trainer.py's build_hparams parses and checks them). simulated_memory:
         a training/out_of_memory.SimulatedMemory (tests and benchmarks)."""
         self.config, self.hooks = config, list(hooks)
@@ -74,7 +74,7 @@ class OpenRun:
         self.workers = num_workers(self.strategy)
         self.task = task(self.strategy)  # (type, index) in TF_CONFIG's cluster
         self.problem = self._load_problem()
-        self.run, self.auto_batch = None, None
+        self.parts, self.auto_batch = None, None
         if hp.batch_size == 0:
             self._open_auto_batch(simulated_memory)  # builds the run, resolves hp
             hp = self.hp
@@ -82,12 +82,12 @@ class OpenRun:
         # written; the run is built with it (after the probe, it is the re-planned
         # run's):
         self.plan = (
-            self.run.step.plan if self.run else plan_from_hparams(hp, self.replicas)
+            self.parts.step.plan if self.parts else plan_from_hparams(hp, self.replicas)
         )
         self.plan.check_workers(self.workers)
         self.n = self.plan.n if self.plan.constant else None  # None: windows vary
-        # Best checkpoint, early stopping, elapsed time (training/reporting/run_state.py):
-        self.run_state = RunState(
+        # Best checkpoint, early stopping, elapsed time (reporting/eval_tracker.py):
+        self.eval_tracker = EvalTracker(
             config.output_dir,
             config.eval_early_stopping_metric,
             config.eval_early_stopping_metric_minimize,
@@ -96,15 +96,15 @@ class OpenRun:
             workers=self.workers,
         )
         if self.chief:
-            self._guard_run_dir()
-        if self.run is None:
-            self.run = self._build(hp, self.plan)
-        self.model, self.optimizer = self.run.model, self.run.optimizer
-        self.schedule, self.step = self.run.schedule, self.run.step
+            self._guard_output_dir()
+        if self.parts is None:
+            self.parts = self._build(hp, self.plan)
+        self.model, self.optimizer = self.parts.model, self.parts.optimizer
+        self.schedule, self.step = self.parts.schedule, self.parts.step
         self.step.simulated_memory = simulated_memory
         self.evaluator = Evaluator(self.model, hp.label_smoothing)
         self.bleu_evaluator = self._bleu_evaluator()
-        self.checkpoint = self.run.checkpoint()
+        self.checkpoint = self.parts.checkpoint()
         self.checkpoints = CheckpointKeeper(
             self.checkpoint,
             self._checkpoint_dir(),
@@ -113,9 +113,9 @@ class OpenRun:
             keep_every_n_hours=config.keep_checkpoint_every_n_hours,
             optional=OPTIONAL_CHECKPOINT_ITEMS,
         )
-        # TensorBoard, log lines, skipped updates (training/reporting/run_state.py):
-        self.run_log = RunLog(
-            config.output_dir, self.chief, self.run, hp, self.checkpoints
+        # TensorBoard, log lines, skipped updates (reporting/reporter.py):
+        self.reporter = Reporter(
+            config.output_dir, self.chief, self.parts, hp, self.checkpoints
         )
 
     # --- opening ------------------------------------------------------------------
@@ -136,12 +136,12 @@ class OpenRun:
         )
         return problem
 
-    def _guard_run_dir(self):
+    def _guard_output_dir(self):
         """hparams.json, run.json and train_steps of an existing run must agree
-        (runs/run_dir.py): a resume never mixes two different runs."""
+        (outputs/run_files.py): a resume never mixes two different runs."""
         config = self.config
-        run_dir.prepare_output_dir(config.output_dir, self.given_hp)
-        run_dir.check_run_identity(
+        run_files.prepare_output_dir(config.output_dir, self.given_hp)
+        run_files.check_run_identity(
             config.output_dir,
             run_identity(
                 config, self.problem, self.hp, self.n, self.replicas, self.auto_batch
@@ -150,7 +150,7 @@ class OpenRun:
         )
         check_train_steps_change(
             config.output_dir,
-            run_dir.record_train_steps(config.output_dir, config.train_steps),
+            run_files.record_train_steps(config.output_dir, config.train_steps),
             config.train_steps,
             self.hp,
         )
@@ -161,7 +161,7 @@ class OpenRun:
         if self.config.deterministic:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(self.config.random_seed)
-        return build_run(
+        return build_training(
             hp,
             vocab_size=self.problem.vocab_size,
             train_steps=self.config.train_steps,
@@ -178,21 +178,21 @@ class OpenRun:
         resume takes the micro-batch run.json recorded instead of probing."""
         config = self.config
         if self.chief:  # other hparams are refused before the probe, writing nothing
-            run_dir.check_hparams(config.output_dir, self.given_hp)
-        stored = run_dir.read_run_file(config.output_dir).get("auto_batch")
+            run_files.check_hparams(config.output_dir, self.given_hp)
+        stored = run_files.read_run_file(config.output_dir).get("auto_batch")
         if stored is None and self.workers > 1:
             raise AutoBatchError(
                 "batch_size=0 (auto) probes the devices of one host; on several "
                 "hosts give batch_size (the probe's result on one host, for one)."
             )
         provisional = self.hp.copy().override(batch_size=self.hp.max_length + 1)
-        self.run = self._build(provisional)
+        self.parts = self._build(provisional)
         if stored is not None:
             found = AutoBatch.from_record(stored, config.output_dir)
             logging.info("%s (recorded in run.json when the run started)", found.line())
         else:
             found = probe_batch_size(
-                self.run,
+                self.parts,
                 memory_budget_gb=config.memory_budget,
                 headroom=config.memory_headroom,
                 tokens_per_update=largest_micro_batch(self.hp, self.replicas),
@@ -200,7 +200,7 @@ class OpenRun:
             )
             logging.info(found.line())
         self.hp = self.hp.copy().override(batch_size=found.batch_size)
-        replan(self.run, self.hp, config.train_steps)
+        replan(self.parts, self.hp, config.train_steps)
         self.auto_batch = found
 
     def _bleu_evaluator(self):
@@ -220,7 +220,7 @@ class OpenRun:
         )
 
     def _checkpoint_dir(self):
-        path = run_dir.worker_checkpoint_dir(
+        path = run_files.worker_checkpoint_dir(
             self.config.output_dir, worker_index(self.strategy)
         )
         tf.io.gfile.makedirs(path)
@@ -228,13 +228,13 @@ class OpenRun:
 
     @property
     def best(self):
-        """The run's BestCheckpoint (runs/best.py); bin/trainer.py reports it."""
-        return self.run_state.best
+        """The run's BestCheckpoint (outputs/best.py); bin/trainer.py reports it."""
+        return self.eval_tracker.best
 
     @property
     def early_stopped(self):
         """Why early stopping ended train(), or None."""
-        return self.run_state.early_stopped
+        return self.eval_tracker.early_stopped
 
     def notify(self, event, *args):
         """Calls `event` on every hook that has it, in order."""
@@ -259,7 +259,9 @@ class OpenRun:
                 e.path,
             )
             self.checkpoints.allow_partial()
-            path = self.checkpoints.restore_newest_readable(root=self.run.checkpoint())
+            path = self.checkpoints.restore_newest_readable(
+                root=self.parts.checkpoint()
+            )
             self.input_pipeline_changed = True
         if self.workers > 1:
             path = restore_common_step(self, path)
@@ -269,7 +271,9 @@ class OpenRun:
                 self.config.warm_start_from,
                 self.problem.vocab_fingerprint(),
             )
-        self.run.replicas_variable.assign(self.replicas)  # this run's, not the old one
+        self.parts.replicas_variable.assign(
+            self.replicas
+        )  # this run's, not the old one
         if path:
             logging.info(
                 "Resumed from %s (global step %d, update %d).",
@@ -291,7 +295,7 @@ class OpenRun:
         if self.input_pipeline_changed:  # the failed iterator restore may have left
             inputs = ReplicaInputs(self.strategy, self._replica_train_dataset)
             self._attach_iterators(inputs)  # them half-restored: start them afresh
-        self.run_state.recover(start)
+        self.eval_tracker.recover(start)
         return inputs, start
 
     def _attach_iterators(self, inputs):
@@ -387,10 +391,10 @@ class OpenRun:
                 return None
             metrics.update(bleu)
         record.update(metrics)
-        record.update(self.run_log.progress_record())
+        record.update(self.reporter.progress_record())
         if write:
-            record.update(self.run_state.track_best(record))
-            run_dir.append_metrics(self.config.output_dir, record)
-        self.run_log.evaluation(record, summaries=write)
+            record.update(self.eval_tracker.track_best(record))
+            run_files.append_metrics(self.config.output_dir, record)
+        self.reporter.evaluation(record, summaries=write)
         self.notify("on_evaluate", time.perf_counter() - started)
         return record

@@ -1,137 +1,30 @@
-"""A training run's bookkeeping, kept apart from the loop in training/loop/trainer.py.
-
-The loop decides what to compute; this module holds what it remembers and reports
-as it goes, so that each can be read on its own:
-
-- RunState: the best checkpoint (runs/best.py), early stopping and the elapsed
-  training time. After a restore it is rebuilt from the run directory (best.json,
-  metrics.jsonl), so a resumed run keeps the same best checkpoint, stops early
-  at the same step and counts elapsed_seconds across restarts, as an
-  uninterrupted run would.
-- RunLog: TensorBoard writers, the periodic step line, the evaluation line, and
-  the watch over skipped (NaN/Inf) updates that raises DivergenceError.
+"""What a run reports while it trains (Reporter): TensorBoard summaries, the step
+and evaluation lines, the watch over skipped (NaN/Inf) updates that raises
+DivergenceError, the hparams on TensorBoard's HParams dashboard, and a warning when
+a resume changes train_steps (which moves the schedule's linear_decay).
 
 Library code: plain arguments, never flags.
 """
 
 import os
-import time
 
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite.constants import EVAL_METRICS
 from t2t_lite.errors import UserError
-from t2t_lite.runs import run_dir
-from t2t_lite.runs.best import BestCheckpoint
+from t2t_lite.outputs.checkpoints import checkpoints_on_disk
 from t2t_lite.training.reporting.progress import format_seconds
-from t2t_lite.training.reporting.run_info import grad_norm_text
+
+# Built-in learning-rate factors that read train_steps (optim/schedule.py).
+TRAIN_STEPS_FACTORS = ("linear_decay",)
 
 
 class DivergenceError(UserError):
     """Too many NaN/Inf updates in a row; the message says what to do."""
 
 
-class RunState:
-    """The best evaluation so far, early stopping on it, and elapsed time.
-
-    Every worker keeps one (they all read best.json to decide whether a resumed run
-    had stopped early); only the chief's sees evaluation records.
-    """
-
-    def __init__(self, output_dir, metric, minimize, patience, save, workers=1):
-        """metric, minimize, patience: eval_early_stopping_metric, _minimize and
-        _steps (0: never stop early). save: writes a checkpoint of the current
-        step and returns its path (Trainer.save), for a best evaluation that fell
-        between checkpoint steps. workers: the strategy's worker count."""
-        self.output_dir = output_dir
-        self.patience = patience
-        self.best = BestCheckpoint(output_dir, metric, minimize)
-        self.early_stopped = None  # why, when early stopping ended the run
-        self.last_eval_step = None  # the newest evaluation at or before the restore
-        self._save = save
-        self._workers = workers
-        self._elapsed_base, self._started = 0.0, time.time()  # elapsed_seconds
-
-    def recover(self, start):
-        """After a restore to global step `start`: the best checkpoint so far, the
-        last evaluation's step and the elapsed training time, from best.json and
-        metrics.jsonl (records past `start` belong to an abandoned future)."""
-        records = [
-            r
-            for r in run_dir.read_metrics(self.output_dir)
-            if r.get("global_step", start + 1) <= start
-        ]
-        self.last_eval_step = records[-1]["global_step"] if records else None
-        self._elapsed_base = (
-            float(records[-1].get("elapsed_seconds", 0.0)) if records else 0.0
-        )
-        self._started = time.time()
-        self.best.recover(start)
-
-    def had_stopped_early(self):
-        """Whether the restored run's last evaluation had already used up the
-        patience: training on would only stop again (sets `early_stopped`)."""
-        return self.last_eval_step is not None and self.should_stop_early(
-            self.last_eval_step
-        )
-
-    def track_best(self, record):
-        """Keeps the checkpoint of an evaluation that improves on the best one
-        (runs/best.py); returns the fields every metrics.jsonl record gains:
-        wall_time, elapsed_seconds (since the run began, across resumes) and the
-        best so far (best_checkpoint, best_<metric>, best_global_step)."""
-        if self.best.improves(record):
-            prefix = self.checkpoint_of(record["global_step"])
-            if prefix:
-                self.best.keep(
-                    record,
-                    prefix,
-                    [
-                        os.path.join(self.output_dir, name)
-                        for name in (run_dir.HPARAMS_FILE, run_dir.RUN_FILE)
-                    ],
-                )
-                logging.info("New best checkpoint: %s.", self.best.describe())
-        return {
-            "wall_time": time.time(),
-            "elapsed_seconds": self._elapsed_base + time.time() - self._started,
-            **self.best.fields(),
-        }
-
-    def checkpoint_of(self, step):
-        """The checkpoint of `step`, written now if the evaluation's step was not a
-        checkpoint step (one worker only: saving is collective on many, so there
-        only evaluations at checkpoint steps can become the best one)."""
-        prefix = os.path.join(self.output_dir, f"model-{step}")
-        if tf.io.gfile.exists(prefix + ".index"):
-            return prefix
-        if self._workers == 1:
-            return self._save()
-        logging.warning(
-            "Evaluation at step %d is not at a checkpoint step: it cannot become the "
-            "best checkpoint on many workers (make local_eval_frequency a multiple "
-            "of save_checkpoints_steps).",
-            step,
-        )
-        return None
-
-    def should_stop_early(self, global_step):
-        """Whether the metric has not improved for `patience` steps (T2T: global
-        steps since the best evaluation); sets `early_stopped` and logs why."""
-        waited = self.best.steps_without_improvement(global_step)
-        if self.patience <= 0 or self.best.best is None or waited < self.patience:
-            return False
-        self.early_stopped = (
-            f"{self.best.metric} has not improved for {waited} steps "
-            f"(eval_early_stopping_steps={self.patience}); best: "
-            f"{self.best.describe()}"
-        )
-        logging.info("Stopping early at step %d: %s.", global_step, self.early_stopped)
-        return True
-
-
-class RunLog:
+class Reporter:
     """What a run reports while it trains: TensorBoard summaries, log lines, and
     skipped updates.
 
@@ -139,13 +32,13 @@ class RunLog:
     writers, so the loop needs no chief checks around its summaries.
     """
 
-    def __init__(self, output_dir, chief, run, hp, checkpoints):
+    def __init__(self, output_dir, chief, parts, hp, checkpoints):
         """run: the built run (training/opening/build.py), whose train step's counters and
         schedule's rates are logged; checkpoints: the CheckpointKeeper, whose
         newest good checkpoint DivergenceError names."""
         self.output_dir = output_dir
         self.chief = chief
-        self.step, self.schedule, self.hp = run.step, run.schedule, hp
+        self.step, self.schedule, self.hp = parts.step, parts.schedule, hp
         self.checkpoints = checkpoints
         self._writers = {}  # TensorBoard writers by subdirectory, opened on first use
         self._skipped_seen = 0  # skipped updates already reported in the log
@@ -343,3 +236,62 @@ def _loss_scale_text(scaling):
         return ""
     scale, overflows = scaling
     return f", loss scale {scale:g} ({overflows} overflow updates skipped)"
+
+
+def grad_norm_text(grad_norm, clipped, clip_grad_norm):
+    """The log line's ", grad norm 1.23 (4 clipped)" ("" before any update); the
+    clipped count appears only when clip_grad_norm > 0."""
+    if grad_norm is None:
+        return ""
+    text = f", grad norm {grad_norm:.3g}"
+    if clip_grad_norm > 0:
+        text += f" ({clipped} clipped)"
+    return text
+
+
+def check_train_steps_change(output_dir, previous, train_steps, hp):
+    """Warns once when a run that has checkpoints resumes with another train_steps:
+    schedule factors that use it (linear_decay) now decay toward another end, so the
+    learning rate moves at once. Never refuses."""
+    if previous is None or previous == train_steps:
+        return
+    if not checkpoints_on_disk(output_dir):
+        return
+    factors = [
+        f.strip()
+        for f in hp.learning_rate_schedule.split("*")
+        if f.strip() in TRAIN_STEPS_FACTORS
+    ]
+    effect = (
+        f"the schedule's {', '.join(factors)} now ends at the new train_steps, so "
+        "the learning rate moves from this step on"
+        if factors
+        else "factors that use train_steps (e.g. linear_decay; none of the built-in "
+        "ones in this schedule) would move"
+    )
+    logging.warning(
+        "Resuming with train_steps=%d; the run started with train_steps=%d: %s.",
+        train_steps,
+        previous,
+        effect,
+    )
+
+
+def write_hparams_summary(writer, hp, config, step):
+    """The run's hparams (and problem, model, train_steps) on TensorBoard's HParams
+    dashboard, written into `writer`'s directory once per run start."""
+    try:
+        from tensorboard.plugins.hparams import api as hparams_api
+    except ImportError:  # TensorBoard is optional at run time
+        logging.info("tensorboard is not installed: no HParams dashboard entry.")
+        return
+    values = {
+        key: value
+        for key, value in hp.values().items()
+        if isinstance(value, (bool, int, float, str))
+    }
+    values.update(
+        problem=config.problem, model=config.model, train_steps=config.train_steps
+    )
+    with writer.as_default(step=step):
+        hparams_api.hparams(values, trial_id=os.path.basename(config.output_dir))

@@ -1,9 +1,10 @@
-"""Run options — what a training run needs besides hparams — declared once.
+"""Trainer options — what a training run needs besides hparams (T2T: tf.estimator's
+RunConfig and the trainer flags) — declared once.
 
-Each field of `RunConfig` carries its default, its help text and its allowed range.
+Each field of `TrainerOptions` carries its default, its help text and its allowed range.
 From that one declaration:
-- `RunConfig(...)` checks itself when built, from Python as from the command line: a
-  bad value is a `RunConfigError` (a ValueError) naming the field, raised before
+- `TrainerOptions(...)` checks itself when built, from Python as from the command line: a
+  bad value is a `TrainerOptionsError` (a ValueError) naming the field, raised before
   anything is written;
 - bin/trainer.py generates t2t-trainer's absl flags (`flag_specs()`), so names,
   defaults and help cannot drift apart;
@@ -20,7 +21,7 @@ from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.errors import UserError
 
 
-class RunConfigError(UserError):
+class TrainerOptionsError(UserError):
     """A run option out of its range; `field` names it, `requirement` says what
     was expected (the CLI prefixes "--" to the field to name its flag)."""
 
@@ -30,7 +31,7 @@ class RunConfigError(UserError):
 
 
 def option(default, help, minimum=None, maximum=None, choices=None):
-    """A RunConfig field: default, one-line help, inclusive bounds or choices."""
+    """A TrainerOptions field: default, one-line help, inclusive bounds or choices."""
     return dataclasses.field(
         default=default,
         metadata={"help": help, "min": minimum, "max": maximum, "choices": choices},
@@ -38,7 +39,7 @@ def option(default, help, minimum=None, maximum=None, choices=None):
 
 
 @dataclasses.dataclass
-class RunConfig:
+class TrainerOptions:
     """What a run needs besides hparams (T2T's flag names; see docs/training.md)."""
 
     problem: str = option(
@@ -167,7 +168,7 @@ class RunConfig:
         for field in dataclasses.fields(self):
             _check(field, getattr(self, field.name))
         if not self.output_dir:
-            raise RunConfigError("output_dir", "is required.")
+            raise TrainerOptionsError("output_dir", "is required.")
 
     def decode_hparams(self):
         """eval_decode_hparams parsed (already checked when the config was built)."""
@@ -179,7 +180,7 @@ def _type_name(kind):
 
 
 def _check(field, value):
-    """Type, then range, then a parse of eval_decode_hparams: one RunConfigError."""
+    """Type, then range, then a parse of eval_decode_hparams: one TrainerOptionsError."""
     kind, meta = _base_type(field.type), field.metadata
     if value is None and field.type is not kind:  # Optional[...]: None allowed
         return
@@ -187,13 +188,15 @@ def _check(field, value):
     if kind is float:
         type_ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not type_ok:
-        raise RunConfigError(field.name, f"must be {_type_name(kind)}, got {value!r}.")
+        raise TrainerOptionsError(
+            field.name, f"must be {_type_name(kind)}, got {value!r}."
+        )
     if meta["min"] is not None and value < meta["min"]:
-        raise RunConfigError(field.name, f"must be >= {meta['min']}, got {value}.")
+        raise TrainerOptionsError(field.name, f"must be >= {meta['min']}, got {value}.")
     if meta["max"] is not None and value > meta["max"]:
-        raise RunConfigError(field.name, f"must be <= {meta['max']}, got {value}.")
+        raise TrainerOptionsError(field.name, f"must be <= {meta['max']}, got {value}.")
     if meta["choices"] and value not in meta["choices"]:
-        raise RunConfigError(
+        raise TrainerOptionsError(
             field.name, f"must be one of {', '.join(meta['choices'])}, got {value!r}."
         )
     if field.name == "eval_decode_hparams":
@@ -201,7 +204,7 @@ def _check(field, value):
             decode_hparams(value, flag="eval_decode_hparams")
         except UserError as e:
             # decode_hparams' message starts with the name; keep the rest.
-            raise RunConfigError(
+            raise TrainerOptionsError(
                 field.name, str(e).removeprefix("eval_decode_hparams").lstrip(": ")
             ) from None
 
@@ -214,7 +217,7 @@ def _base_type(annotation):
 
 @dataclasses.dataclass(frozen=True)
 class FlagSpec:
-    """One command-line flag derived from a RunConfig field."""
+    """One command-line flag derived from a TrainerOptions field."""
 
     name: str
     kind: type  # str, int, float or bool
@@ -224,9 +227,9 @@ class FlagSpec:
 
 
 def flag_specs():
-    """The RunConfig fields as flags, in declaration order, help with its range."""
+    """The TrainerOptions fields as flags, in declaration order, help with its range."""
     specs = []
-    for field in dataclasses.fields(RunConfig):
+    for field in dataclasses.fields(TrainerOptions):
         meta = field.metadata
         specs.append(
             FlagSpec(

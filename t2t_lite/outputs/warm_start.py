@@ -29,7 +29,7 @@ from absl import logging
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from t2t_lite.errors import UserError, first_line
-from t2t_lite.runs.checkpoints import checkpoint_prefix, checkpoints_on_disk
+from t2t_lite.outputs.checkpoints import checkpoint_prefix, checkpoints_on_disk
 
 
 def resolve_checkpoint(path):

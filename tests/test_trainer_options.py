@@ -1,5 +1,6 @@
-"""Run options declared once (training/opening/run_config.py): RunConfig checks itself, the
-t2t-trainer flags are generated from it, and docs/training.md's table is its own."""
+"""Trainer options declared once (training/opening/trainer_options.py):
+TrainerOptions checks itself, the t2t-trainer flags are generated from it, and
+docs/training.md's table is its own."""
 
 import dataclasses
 import os
@@ -8,9 +9,9 @@ import pytest
 from absl import flags
 from support.cli_helpers import _activate
 
-from t2t_lite.training.opening.run_config import (
-    RunConfig,
-    RunConfigError,
+from t2t_lite.training.opening.trainer_options import (
+    TrainerOptions,
+    TrainerOptionsError,
     flag_specs,
     markdown_table,
 )
@@ -44,8 +45,8 @@ def test_a_bad_value_is_a_value_error_naming_the_field(tmp_path, field, value, w
     out = tmp_path / "run"
     kwargs = {"output_dir": str(out), field: value}
     with pytest.raises(ValueError) as info:
-        RunConfig(**kwargs)
-    assert isinstance(info.value, RunConfigError)
+        TrainerOptions(**kwargs)
+    assert isinstance(info.value, TrainerOptionsError)
     assert info.value.field == field
     message = str(info.value)
     assert message.startswith(field) and "\n" not in message
@@ -55,7 +56,7 @@ def test_a_bad_value_is_a_value_error_naming_the_field(tmp_path, field, value, w
 
 
 def test_good_values_pass_and_keep_their_types(tmp_path):
-    config = RunConfig(
+    config = TrainerOptions(
         output_dir=str(tmp_path),
         train_steps=1,
         local_eval_frequency=0,
@@ -65,17 +66,17 @@ def test_good_values_pass_and_keep_their_types(tmp_path):
         eval_decode_hparams="beam_size=4,alpha=0.6",
     )
     assert config.decode_hparams().beam_size == 4
-    assert RunConfig(output_dir="x", eval_early_stopping_metric_minimize=None)
+    assert TrainerOptions(output_dir="x", eval_early_stopping_metric_minimize=None)
 
 
 def test_trainer_flags_are_the_run_config_fields():
-    """Every RunConfig field is a t2t-trainer flag with the same default and help;
+    """Every TrainerOptions field is a t2t-trainer flag with the same default and help;
     the flags that are not fields are the CLI's own few."""
     _activate("t2t_lite.bin.trainer")
     module_flags = {
         f.name: f for f in flags.FLAGS.flags_by_module_dict()["t2t_lite.bin.trainer"]
     }
-    fields = dataclasses.fields(RunConfig)
+    fields = dataclasses.fields(TrainerOptions)
     for field, spec in zip(fields, flag_specs()):
         flag = module_flags[field.name]
         assert flag.default == field.default, field.name
@@ -101,7 +102,7 @@ def test_docs_flag_table_is_generated_from_run_config():
     table = text[text.index(begin) + len(begin) : text.index(end)]
     assert table == markdown_table(), (
         "docs/training.md's flag table is stale: regenerate it with "
-        "python -c 'from t2t_lite.training.opening.run_config import markdown_table; "
+        "python -c 'from t2t_lite.training.opening.trainer_options import markdown_table; "
         "print(markdown_table())'"
     )
     for spec in flag_specs():
