@@ -1,10 +1,11 @@
-"""Fixtures shared by test files: a small translation model trained once per session
-(once for all pytest-xdist workers).
+"""Fixtures shared by test files: a small translation model and an uninterrupted
+two-worker run, each trained once per session (once for all pytest-xdist workers).
 
 Also the `slow` marker: `pytest -m "not slow" tests` is the fast inner loop (under two
 minutes); CI runs everything. A test is slow when it trains for more than a few steps,
-starts a subprocess (TensorFlow start-up, ~3 s), or uses `numbers_run` (marked here,
-automatically, so a new user of the fixture cannot forget).
+starts a subprocess (TensorFlow start-up, ~3 s), or uses `numbers_run` or
+`two_worker_reference` (marked here, automatically, so a new user of the fixture
+cannot forget).
 """
 
 import contextlib
@@ -15,6 +16,7 @@ import os
 
 import pytest
 from support.numbers_model import train_numbers_model
+from support.workers import train_reference
 
 from t2t_lite import registrations  # noqa: F401  (registers problems and sets)
 
@@ -96,7 +98,9 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "numbers_run" in getattr(item, "fixturenames", ()):
+        if {"numbers_run", "two_worker_reference"} & set(
+            getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.slow)
 
 
@@ -151,3 +155,14 @@ def numbers_run(tmp_path_factory, pytestconfig):
         lambda root: list(train_numbers_model(root)),
     )
     return NumbersRun(*made)
+
+
+@pytest.fixture(scope="session")
+def two_worker_reference(tmp_path_factory, pytestconfig):
+    """The output directory of support/workers.py's TWO_WORKER_RUN trained
+    uninterrupted by two TF_CONFIG workers on 127.0.0.1 (checkpoints at 4, 8 and 12):
+    what the stop-and-resume, lost-worker and SLURM runs must end with. Trained once
+    for all pytest-xdist workers; tests only read it."""
+    return shared_across_workers(
+        tmp_path_factory, pytestconfig, "two_worker_reference", train_reference
+    )

@@ -4,16 +4,21 @@ Each check runs in a subprocess, because the CPU must be split into logical devi
 (or a TF_CONFIG set) before TensorFlow starts.
 """
 
-import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
 from support.cli_helpers import run_json_script
+from support.workers import (
+    assert_same_state,
+    assert_workers_agree,
+    finish,
+    launch_workers,
+    newest_step,
+    trainer_args,
+    worker_logs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,79 +73,10 @@ def test_a_step_failing_on_one_replica_leaves_every_replica_as_it_was(equivalenc
 # --- two workers on this machine (MultiWorkerMirroredStrategy via TF_CONFIG) --------
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_workers(output_dir, train_steps, log_dir):
-    """Two `t2t-trainer` processes forming one cluster on 127.0.0.1."""
-    args = [
-        sys.executable,
-        "-m",
-        "t2t_lite.bin.trainer",
-        "--hparams_set=transformer_test",
-        "--hparams=batch_size=64,max_length=16,optimizer_multistep_accumulate_steps=2",
-        f"--output_dir={output_dir}",
-        f"--train_steps={train_steps}",
-        "--log_steps=1",
-        "--save_checkpoints_steps=4",
-        "--local_eval_frequency=0",
-        "--eval_steps=2",
-    ]
-    return launch_workers(args, log_dir)
-
-
-def launch_workers(args, log_dir, extra_env=({}, {}), cluster_env=None):
-    """Runs command `args` as the two workers of one cluster on 127.0.0.1 (each
-    with its TF_CONFIG, or cluster_env[i] instead, and extra_env[i]), logging to
-    log_dir/workerI.log."""
-    if cluster_env is None:
-        cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
-        cluster_env = [
-            {
-                "TF_CONFIG": json.dumps(
-                    {"cluster": cluster, "task": {"type": "worker", "index": index}}
-                )
-            }
-            for index in range(2)
-        ]
-    workers = []
-    for index in range(2):
-        env = {**os.environ, **extra_env[index], **cluster_env[index]}
-        # Open for the worker's lifetime, not a with-block's:
-        log = open(os.path.join(log_dir, f"worker{index}.log"), "w")  # noqa: SIM115
-        workers.append(
-            subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        )
-    return workers
-
-
-def finish(workers, timeout=240):
-    return [w.wait(timeout=timeout) for w in workers]
-
-
-def newest_step(directory):
-    steps = [
-        int(name[len("model-") : -len(".index")])
-        for name in os.listdir(directory)
-        if name.startswith("model-") and name.endswith(".index")
-    ]
-    return max(steps, default=None)
-
-
-def checkpointed_state(prefix):
-    """Every checkpointed tensor but the input iterators (each worker's own)."""
-    import numpy as np
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(prefix)
-    return {
-        key: np.asarray(reader.get_tensor(key))
-        for key in reader.get_variable_to_shape_map()
-        if not key.startswith(("train_iterator", "_CHECKPOINTABLE"))
-    }
+def start_workers(output_dir, log_dir):
+    """Two `t2t-trainer` processes forming one cluster on 127.0.0.1, training the
+    shared TWO_WORKER_RUN (tests/support/workers.py)."""
+    return launch_workers(trainer_args(output_dir), log_dir)
 
 
 def _wait_for_line(path, text, process, timeout=180):
@@ -153,29 +89,17 @@ def _wait_for_line(path, text, process, timeout=180):
     return False
 
 
-def _logs(tmp_path):
-    return [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
-
-
-def _assert_workers_agree(run, step):
-    """The chief's checkpoint and worker 1's hold the same state, bitwise."""
-    chief = checkpointed_state(str(run / f"model-{step}"))
-    other = checkpointed_state(str(run / "workers" / "worker-1" / f"model-{step}"))
-    assert chief.keys() == other.keys() and len(chief) > 50
-    for key in chief:  # weights, slots, accumulators, counters
-        assert (chief[key] == other[key]).all(), key
-
-
 @pytest.mark.slow
-def test_two_tf_config_workers_stop_together_and_resume(tmp_path):
+def test_two_tf_config_workers_stop_together_and_resume(tmp_path, two_worker_reference):
     """Two workers on 127.0.0.1: SIGTERM to one stops both at the same update with
-    one save; the same command resumes both and finishes; the chief writes the run."""
+    one save; the same command resumes both and finishes where an uninterrupted
+    run ends; the chief writes the run."""
     run = tmp_path / "run"
-    workers = start_workers(run, 12, tmp_path)
+    workers = start_workers(run, tmp_path)
     assert _wait_for_line(tmp_path / "worker0.log", "step 3, update", workers[0])
     workers[1].send_signal(signal.SIGTERM)
     codes = finish(workers)
-    logs = _logs(tmp_path)
+    logs = worker_logs(tmp_path)
     assert codes == [0, 0], logs[0][-2000:] + logs[1][-2000:]
     assert "2 replicas = 256 tokens/update (simulating 4 GPUs)" in logs[0]
     assert "stopped by SIGTERM" in logs[1]
@@ -183,16 +107,17 @@ def test_two_tf_config_workers_stop_together_and_resume(tmp_path):
     stopped = newest_step(run)
     assert stopped == newest_step(run / "workers" / "worker-1")
     assert stopped % 2 == 0 and 4 <= stopped < 12  # at an update, before the end
-    _assert_workers_agree(run, stopped)
+    assert_workers_agree(run, stopped)
 
-    workers = start_workers(run, 12, tmp_path)  # the same command resumes
+    workers = start_workers(run, tmp_path)  # the same command resumes
     codes = finish(workers)
-    logs = _logs(tmp_path)
+    logs = worker_logs(tmp_path)
     assert codes == [0, 0], logs[0][-2000:] + logs[1][-2000:]
     assert f"Resumed from {run}/model-{stopped}" in logs[0]
     assert "Final eval at step 12 (update 6)" in logs[0]
     assert "worker done at step 12" in logs[1]
-    _assert_workers_agree(run, 12)
+    assert_workers_agree(run, 12)
+    assert_same_state(run, two_worker_reference, 12)
     # One run directory, written by the chief; the other worker keeps only its own
     # checkpoints (its input positions) under workers/.
     assert sorted(os.listdir(run / "workers")) == ["worker-1"]

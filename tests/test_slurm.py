@@ -4,11 +4,17 @@ processes with srun's variables (and no TF_CONFIG) train as one two-worker clust
 
 import json
 import socket
-import sys
 
 import pytest
 from support.cli_helpers import assert_user_error, run_cli, run_cli_subprocess
-from test_distributed import _assert_workers_agree, _free_port, finish, launch_workers
+from support.workers import (
+    assert_same_state,
+    assert_workers_agree,
+    finish,
+    free_port,
+    launch_workers,
+    trainer_args,
+)
 
 from t2t_lite.errors import UserError
 from t2t_lite.training.cluster.distribution import check_port_free, resolve_cluster
@@ -221,7 +227,7 @@ def test_the_cli_refuses_slurm_outside_a_step_before_writing(tmp_path):
 def _free_port_pair():
     """A port p with p + 1 free too: one node's two tasks."""
     for _ in range(100):
-        port = _free_port()
+        port = free_port()
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port + 1))
@@ -232,27 +238,16 @@ def _free_port_pair():
 
 
 def _trainer_args(run, port):
-    return [
-        sys.executable,
-        "-m",
-        "t2t_lite.bin.trainer",
-        "--cluster=slurm",
-        f"--cluster_port={port}",
-        "--hparams_set=transformer_test",
-        "--hparams=batch_size=64,max_length=16,optimizer_multistep_accumulate_steps=2",
-        f"--output_dir={run}",
-        "--train_steps=4",
-        "--log_steps=1",
-        "--save_checkpoints_steps=4",
-        "--local_eval_frequency=0",
-        "--eval_steps=1",
-    ]
+    """The shared TWO_WORKER_RUN's first 4 micro-steps (tests/support/workers.py)."""
+    extra = ("--cluster=slurm", f"--cluster_port={port}")
+    return trainer_args(run, train_steps=4, extra=extra)
 
 
 @pytest.mark.slow
-def test_two_srun_tasks_train_as_one_two_worker_cluster(tmp_path):
+def test_two_srun_tasks_train_as_one_two_worker_cluster(tmp_path, two_worker_reference):
     """Two tasks of one step on one node ("localhost"), TF_CONFIG unset: worker 0 and
-    worker 1 on consecutive ports, 2 replicas in all, both holding the same state."""
+    worker 1 on consecutive ports, 2 replicas in all, both holding the state a
+    TF_CONFIG cluster of the same run has at that step."""
     run, port = tmp_path / "run", _free_port_pair()
     envs = [
         srun_env(i, SLURM_LOCALID=str(i), SLURM_NODEID="0", SLURMD_NODENAME="localhost")
@@ -271,7 +266,8 @@ def test_two_srun_tasks_train_as_one_two_worker_cluster(tmp_path):
     assert "2 replicas = 256 tokens/update (simulating 4 GPUs)" in logs[0]
     assert "Final eval at step 4 (update 2)" in logs[0]
     assert "worker done at step 4" in logs[1]
-    _assert_workers_agree(run, 4)  # worker 1's own checkpoint: a multi-worker run
+    assert_workers_agree(run, 4)  # worker 1's own checkpoint: a multi-worker run
+    assert_same_state(run, two_worker_reference, 4)
 
 
 @pytest.mark.slow
