@@ -14,7 +14,7 @@ import re
 import statistics
 import tempfile
 
-import benchlib
+from benchkit import harness
 
 FLAGS = [
     "--problem=algorithmic_reverse",
@@ -38,7 +38,7 @@ def tokens_per_second(steps, deterministic):
         ]
         if deterministic:
             command.append("--deterministic")
-        _, log = benchlib.run_python(command)
+        _, log = harness.run_python(command)
     rates = [float(r) for r in re.findall(r"([\d.]+) tokens/s", log)]
     return statistics.median(rates[1:])
 
@@ -56,13 +56,13 @@ def main():
         name = "--deterministic" if deterministic else "default"
         print(f"round {round_index + 1} {name:>15}: {rate:.0f} tokens/s", flush=True)
 
-    print(benchlib.environment())
-    benchlib.interleave((False, True), args.repeats, run_one)
+    print(harness.environment())
+    harness.interleave((False, True), args.repeats, run_one)
     plain = statistics.median(results[False])
     det = statistics.median(results[True])
     print(f"default         {plain:9.0f} tokens/s (median)")
     print(f"--deterministic {det:9.0f} tokens/s (median)")
-    ratio = benchlib.median_ratio(results[True], results[False])
+    ratio = harness.median_ratio(results[True], results[False])
     print(f"ratio deterministic/default: {ratio:.3f} (median of per-round ratios)")
 
 

@@ -18,8 +18,8 @@ layers shrink weights, slots and activations alike, but the logits, which grow w
 vocab x tokens, do not), vocabulary --vocab_size (8000) on the built-in
 algorithmic_reverse problem (--num_symbols = vocab - 2, sequence lengths
 --min_length..--max_length), token-bucketed by the trainer's pipeline
-(benchlib.fixed_batches; batch_size = b or n*b, padding included). The run is
-built by the trainer's build_run (benchlib.build_seeded_run), same seed everywhere.
+(builds.fixed_batches; batch_size = b or n*b, padding included). The run is
+built by the trainer's build_run (builds.build_seeded_run), same seed everywhere.
 
 Each child reports:
 
@@ -67,8 +67,8 @@ import statistics
 import sys
 import time
 
-import benchlib
 import tensorflow as tf
+from benchkit import builds, harness
 
 from t2t_lite.data.problems import AlgorithmicReverse
 
@@ -186,7 +186,7 @@ def variable_mib(variables):
 def build(args, config):
     """(run, batches): the fixed batches first, then the run (build_run)."""
     tokens, n, count = shape(args, config)
-    hp = benchlib.hparams(
+    hp = builds.hparams(
         args.hparams_set,
         args.hparams,
         num_hidden_layers=args.layers,
@@ -199,10 +199,10 @@ def build(args, config):
         max_length=args.max_length,
         seed=args.seed,
     )
-    batches, _ = benchlib.fixed_batches(problem, hp, count, args.seed)
+    batches, _ = builds.fixed_batches(problem, hp, count, args.seed)
     vocab_size = problem.vocab_size
     del problem  # its generated arrays
-    run = benchlib.build_seeded_run(hp, vocab_size, count, args.seed)
+    run = builds.build_seeded_run(hp, vocab_size, count, args.seed)
     gc.collect()
     return run, batches
 
@@ -268,8 +268,8 @@ def measure(args):
     results = {c: [] for c in args.configs}
 
     def run_one(config, round_index):
-        stdout, _ = benchlib.run_python(child_args(args, config), env=ALLOCATOR_STATS)
-        result = benchlib.last_json(stdout)
+        stdout, _ = harness.run_python(child_args(args, config), env=ALLOCATOR_STATS)
+        result = harness.last_json(stdout)
         results[config].append(result)
         print(
             f"round {round_index + 1} {config:>6}: peak RSS {result['peak_rss']:7.0f} "
@@ -278,7 +278,7 @@ def measure(args):
             flush=True,
         )
 
-    benchlib.interleave(args.configs, args.rounds, run_one)
+    harness.interleave(args.configs, args.rounds, run_one)
     return results
 
 
@@ -442,9 +442,9 @@ def main(argv=None):
         child(args)
         return
     started = time.perf_counter()
-    benchlib.print_start()
+    harness.print_start()
     results = measure(args)
-    print(f"\n{benchlib.environment()}")
+    print(f"\n{harness.environment()}")
     first = next(iter(results.values()))[0]
     print(
         f"{args.hparams_set}, {args.layers}+{args.layers} layers, vocab "

@@ -11,7 +11,7 @@ Each configuration runs in a fresh child process (a compute dtype, and optionall
 other copies of the package: `--packages=LABEL=DIR,...` puts DIR first on PYTHONPATH,
 e.g. a `git archive` of an older commit, to measure a change before/after in one
 run).
-Configurations take turns (benchlib.interleave); the report gives target tokens/s
+Configurations take turns (harness.interleave); the report gives target tokens/s
 per round and the median ratio to the first configuration. `--op_stats` prints the
 TF profiler's op-type table of each configuration once (where the time goes).
 
@@ -87,7 +87,7 @@ def translation_batches(hp, count, seed=1):
 def child(args):
     """Builds the run, traces on every batch shape, then times `steps` micro-steps;
     prints one JSON line."""
-    import benchlib
+    from benchkit import builds
 
     import t2t_lite
 
@@ -96,10 +96,10 @@ def child(args):
         overrides += f",activation_dtype={args.dtype}"
     if args.overrides:
         overrides += "," + args.overrides
-    hp = benchlib.hparams("transformer_base", overrides)
-    run = benchlib.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
+    hp = builds.hparams("transformer_base", overrides)
+    run = builds.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
     batches = translation_batches(hp, args.batches)
-    tokens = [benchlib.non_pad_tokens(b) for b in batches]
+    tokens = [builds.non_pad_tokens(b) for b in batches]
     step = 0
     for batch in batches:  # trace once, warm up
         run.step(batch, step)
@@ -149,13 +149,13 @@ def noise_ops_ms(run, batches, repeats=20):
 
 def op_stats(run, batches, step, top=14):
     """{op type: self ms per micro-step} over one pass of `batches` (TF profiler)."""
-    import benchlib
+    from benchkit import profiler
 
     def steps():
         for i, batch in enumerate(batches):
             run.step(batch, step + i)
 
-    totals = benchlib.op_type_stats(steps, len(batches))
+    totals = profiler.op_type_stats(steps, len(batches))
     if totals is None:
         return {}
     return {name: round(1e3 * s, 2) for name, s in totals.most_common(top)}
@@ -191,9 +191,9 @@ def main(argv):
     args = parse_args(argv)
     if args.child:
         return child(args)
-    import benchlib
+    from benchkit import harness
 
-    benchlib.print_start()
+    harness.print_start()
     packages = [item.split("=", 1) for item in args.packages.split(",") if item]
     packages.append(("current", ""))
     variants = [item.split("=", 1) for item in args.variants.split(";") if item]
@@ -215,23 +215,23 @@ def main(argv):
         if args.noise_ops:
             flags.append("--noise_ops")
         env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE) if p)}
-        out, _ = benchlib.run_python([__file__, "--child", *flags], env=env)
-        results[config].append(benchlib.last_json(out))
+        out, _ = harness.run_python([__file__, "--child", *flags], env=env)
+        results[config].append(harness.last_json(out))
 
-    benchlib.interleave(configs, args.rounds, run_one, label="bench_step")
-    print(benchlib.environment())
+    harness.interleave(configs, args.rounds, run_one, label="bench_step")
+    print(harness.environment())
     report(configs, results)
 
 
 def report(configs, results):
-    import benchlib
+    from benchkit import harness
 
     base = [r["tokens_per_second"] for r in results[configs[0]]]
     summary = {}
     for config in configs:
         label = f"{config[0]} {config[2]}"
         values = [r["tokens_per_second"] for r in results[config]]
-        ratio = benchlib.median_ratio(values, base)
+        ratio = harness.median_ratio(values, base)
         print(
             f"{label:<20} tokens/s per round "
             + " ".join(f"{v:7.0f}" for v in values)

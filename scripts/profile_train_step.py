@@ -50,9 +50,9 @@ import sys
 import tempfile
 import time
 
-import benchlib
 import tensorflow as tf
 from absl import logging
+from benchkit import builds, harness, profiler
 
 import t2t_lite
 from t2t_lite.training.loop.trainer import RunConfig, Trainer
@@ -149,7 +149,7 @@ class PhaseTimer:
 
 
 def make_trainer(args, output_dir, timer):
-    hp = benchlib.hparams(args.hparams_set, args.hparams)
+    hp = builds.hparams(args.hparams_set, args.hparams)
     config = RunConfig(
         problem=args.problem,
         model="transformer",
@@ -237,7 +237,7 @@ def dispatch_cost(batch):
     """Seconds to call a tf.function with the step's signature and an empty body."""
     empty = tf.function(
         lambda b: {"loss_sum": tf.constant(0.0), "tokens": tf.constant(0.0)},
-        input_signature=benchlib.batch_signature(),
+        input_signature=builds.batch_signature(),
     )
     empty(batch)
     return _median_call_seconds(lambda: empty(batch), 2000)
@@ -278,7 +278,7 @@ def op_type_stats(trainer, steps, start_step):
         for i, batch in enumerate(batches):
             trainer.step(batch, start_step + steps + i)
 
-    return benchlib.op_type_stats(run_steps, steps)
+    return profiler.op_type_stats(run_steps, steps)
 
 
 def print_op_stats(totals, top=12):
@@ -338,7 +338,7 @@ def report(timer, args, extras):
     total = timer.total("start-up") + loop
     print(
         f"\n{steps} micro-steps, {args.hparams_set} on {args.problem}; "
-        f"{benchlib.environment()}"
+        f"{harness.environment()}"
     )
     header = (
         f"{'part':<22} {'calls':>6} {'total s':>8} {'ms/call':>9} "
