@@ -33,13 +33,13 @@ def test_rows_have_median_spread_and_ratio_to_the_baseline():
     rows = harness.summary_rows(
         {"base": [10.0, 20.0, 30.0], "fast": [20.0, 50.0, 60.0]},
         baseline="base",
-        errors={"broken": "ValueError: no"},
+        errors={"broken": "error: ValueError: no"},
     )
     base, fast, broken = rows
     assert base["median"] == 20.0 and base["ratio"] == pytest.approx(1.0)
     assert fast["median"] == 50.0 and fast["ratio"] == pytest.approx(2.0)
     assert fast["spread_percent"] == pytest.approx(80.0)
-    assert broken == {"config": "broken", "error": "ValueError: no"}
+    assert broken == {"config": "broken", "error": "error: ValueError: no"}
     text = harness.markdown_table(rows, "tokens/s", "base", columns=("note",))
     lines = text.splitlines()
     assert lines[0] == "| config | median tokens/s | spread | × base | note |"

@@ -94,12 +94,13 @@ def summary_rows(measured, baseline=None, errors=None):
     "ratio" (median of per-round ratios to `baseline`, None without one), "rounds"}.
 
     `measured` maps a config to its value per round (round i of every config
-    measured side by side); `errors` maps a config that has none to why."""
+    measured side by side); `errors` maps a config that has none to why (the text
+    its row shows, e.g. "skipped: ..." or "error: ...")."""
     base = measured.get(baseline) or None
     rows = []
     for config, values in measured.items():
         if not values:
-            rows.append({"config": config, "error": "no measurement"})
+            rows.append({"config": config, "error": "error: no measurement"})
             continue
         rows.append(
             {
@@ -136,7 +137,7 @@ def markdown_table(rows, unit, baseline=None, columns=()):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         if "error" in row:
-            cells = [row["config"], f"error: {row['error']}"]
+            cells = [row["config"], row["error"]]
             lines.append("| " + " | ".join(cells + [""] * (len(head) - 2)) + " |")
             continue
         cells = [row["config"], number(row["median"]), f"{row['spread_percent']:.1f}%"]
@@ -151,8 +152,11 @@ def markdown_table(rows, unit, baseline=None, columns=()):
 def print_table(title, rows, unit, baseline=None, columns=()):
     """The context line, a title, and the table of `rows` (see markdown_table)."""
     rounds = max((len(r.get("rounds", [])) for r in rows), default=0)
-    print(f"\n{environment()}\n\n{title} ({rounds} round(s); spread: (max - min) / ")
-    print("median over rounds; ratio: median of the per-round ratios)\n")
+    print(f"\n{environment()}\n\n{title}")
+    print(
+        f"({rounds} round(s); spread: (max - min) / median over rounds; "
+        "ratio: median of the per-round ratios)\n"
+    )
     print(markdown_table(rows, unit, baseline, columns), flush=True)
 
 
