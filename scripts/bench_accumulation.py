@@ -80,62 +80,40 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--hparams_set",
-        default="transformer_tiny",
-        help="Registered hparams set (dropout as in the set).",
-    )
-    p.add_argument(
-        "--hparams", default="", help='Extra overrides, e.g. "label_smoothing=0.0".'
-    )
-    p.add_argument(
-        "--batch_size",
-        type=int,
-        default=2048,
-        help="Tokens per micro-batch, padding included.",
-    )
-    p.add_argument(
-        "--accumulate_steps",
-        type=int,
-        default=8,
-        help="n of the accumulating configs (the '8' in *_n8).",
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("--hparams_set", default="transformer_tiny", help="Dropout as in the set.")
+    add("--hparams", default="", help='Extra overrides, e.g. "label_smoothing=0.0".')
+    add("--batch_size", type=int, default=2048, help="Tokens per micro-batch, padded.")
+    add("--accumulate_steps", type=int, default=8, help="n of the *_n8 configs.")
+    add(
         "--steps",
         type=int,
         default=0,
         help="Timed micro-steps per repetition, rounded up to whole windows; "
         "0: one pass over the fixed batch list.",
     )
-    p.add_argument(
-        "--repeats", type=int, default=7, help="Timed repetitions per config."
-    )
-    p.add_argument(
+    add("--repeats", type=int, default=7, help="Timed repetitions per config.")
+    add(
         "--warmup_steps",
         type=int,
         default=0,
         help="Untimed micro-steps per config right after building it, rounded "
         "up to whole windows; 0: one pass over the batch list.",
     )
-    p.add_argument(
+    add(
         "--num_batches",
         type=int,
         default=32,
         help="Distinct micro-batches in the fixed data list (cycled), rounded "
         "up to whole windows.",
     )
-    p.add_argument(
-        "--num_symbols",
-        type=int,
-        default=10,
-        help="algorithmic_reverse symbols; vocab = num_symbols + 2.",
-    )
-    p.add_argument(
+    add("--num_symbols", type=int, default=10, help="vocab = num_symbols + 2.")
+    add(
         "--configs",
         default=DEFAULT_CONFIGS,
         help=f"Comma-separated subset of {', '.join(ALL_CONFIGS)}.",
     )
-    p.add_argument("--seed", type=int, default=1)
+    add("--seed", type=int, default=1)
     args = p.parse_args(argv)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in args.configs if c not in ALL_CONFIGS]

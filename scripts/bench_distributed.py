@@ -56,8 +56,8 @@ import statistics
 import sys
 import time
 
-import tensorflow as tf
 from benchkit import builds, harness
+from benchkit.collectives import CountingReduction
 
 from t2t_lite.registry import PROBLEMS
 from t2t_lite.training.cluster.distribution import make_strategy
@@ -211,22 +211,14 @@ def throughput(args):
         f"of {4 * args.batch_size} tokens (padding included) =="
     )
     harness.interleave(CONFIGS, args.rounds, run_one)
-    rates = {k: [r["tokens_per_s"] for r in v] for k, v in results.items()}
-    cpu = {k: [r["cpu_s_per_1k_tokens"] for r in v] for k, v in results.items()}
-    for name in CONFIGS:
-        print(
-            f"  {name:>8}: median {statistics.median(rates[name]):.0f} tokens/s "
-            f"(spread {harness.spread(rates[name]):.0f}%), median "
-            f"{statistics.median(cpu[name]):.3f} CPU s/1k tokens"
-        )
-    ratio = harness.median_ratio(rates["mirrored"], rates["single"])
-    cpu_ratio = harness.median_ratio(cpu["mirrored"], cpu["single"])
-    print(
-        f"  tokens/s ratio mirrored(2x n=2) / single(1x n=4): median {ratio:.3f} "
-        f"(per round: "
-        + ", ".join(f"{m / s:.3f}" for m, s in zip(rates["mirrored"], rates["single"]))
-        + f"); CPU per token ratio {cpu_ratio:.3f}"
-    )
+    for key, unit in (
+        ("tokens_per_s", "tokens/s"),
+        ("cpu_s_per_1k_tokens", "CPU s/1k tokens"),
+    ):
+        values = {name: [r[key] for r in rs] for name, rs in results.items()}
+        rows = harness.summary_rows(values, "single")
+        print(f"\n{unit}, mirrored (2 devices x n=2) against single (1 x n=4):\n")
+        print(harness.markdown_table(rows, unit, "single"), flush=True)
 
 
 # --- part 2: the input path --------------------------------------------------------------
@@ -332,26 +324,6 @@ def print_input_report(args, rows):
 
 
 # --- part 3: collectives -------------------------------------------------------------------
-
-
-class CountingReduction(tf.distribute.ReductionToOneDevice):
-    """ReductionToOneDevice that counts the reductions handed to it: `groups` (one
-    per reduce or batch_reduce call, however many tensors it carries) and `tensors`.
-    Counts at trace time: a compiled step runs what it traced, once per call."""
-
-    def __init__(self):
-        super().__init__()
-        self.groups = self.tensors = 0
-
-    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
-        self.groups += 1
-        self.tensors += 1
-        return super().reduce(reduce_op, per_replica_value, destinations, options)
-
-    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
-        self.groups += 1
-        self.tensors += len(value_destination_pairs)
-        return super().batch_reduce(reduce_op, value_destination_pairs, options)
 
 
 def collectives_child(args):

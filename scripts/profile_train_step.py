@@ -62,41 +62,34 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--problem", default="algorithmic_reverse")
-    p.add_argument("--hparams_set", default="transformer_tiny_fake_gpu4")
-    p.add_argument("--hparams", default="")
-    p.add_argument("--train_steps", type=int, default=2000)
-    p.add_argument("--save_checkpoints_steps", type=int, default=500)
-    p.add_argument("--local_eval_frequency", type=int, default=500)
-    p.add_argument("--eval_steps", type=int, default=0)
-    p.add_argument("--log_steps", type=int, default=250)
-    p.add_argument(
-        "--output_dir",
-        default="",
-        help="Default: a temporary directory, deleted at the end.",
+    add = p.add_argument
+    add("--problem", default="algorithmic_reverse")
+    add("--hparams_set", default="transformer_tiny_fake_gpu4")
+    add("--hparams", default="")
+    add("--train_steps", type=int, default=2000)
+    add("--save_checkpoints_steps", type=int, default=500)
+    add("--local_eval_frequency", type=int, default=500)
+    add("--eval_steps", type=int, default=0)
+    add("--log_steps", type=int, default=250)
+    add(
+        "--output_dir", default="", help="Default: a temporary dir, deleted at the end."
     )
-    p.add_argument(
-        "--profiler", choices=("none", "pyinstrument", "cprofile"), default="none"
-    )
-    p.add_argument(
-        "--profile_out",
-        default="",
-        help="pyinstrument: also write an HTML report here.",
-    )
-    p.add_argument(
+    add("--profiler", choices=("none", "pyinstrument", "cprofile"), default="none")
+    add("--profile_out", default="", help="pyinstrument: also write an HTML report.")
+    add(
         "--op_stats_steps",
         type=int,
         default=40,
         help="Step calls traced by the TF profiler for the op-type table; 0: skip.",
     )
-    p.add_argument(
+    add(
         "--interference_chunk",
         type=int,
         default=40,
         help="Micro-steps per chunk of the live-pipeline vs in-memory comparison "
         "(a multiple of n keeps the accumulate/update mix equal).",
     )
-    p.add_argument(
+    add(
         "--pipeline_batches",
         type=int,
         default=500,
@@ -281,21 +274,6 @@ def op_type_stats(trainer, steps, start_step):
     return profiler.op_type_stats(run_steps, steps)
 
 
-def print_op_stats(totals, top=12):
-    busy = sum(v for k, v in totals.items() if k != "IDLE")
-    print(
-        f"\nTF op self time per micro-step, summed over threads (profiler on): "
-        f"{1e3 * busy:.1f} ms busy, {1e3 * totals.get('IDLE', 0.0):.1f} ms IDLE"
-    )
-    for name, seconds in totals.most_common():
-        if name == "IDLE":
-            continue
-        if top <= 0:
-            break
-        top -= 1
-        print(f"  {name:<28} {1e3 * seconds:7.2f} ms {100 * seconds / busy:5.1f}%")
-
-
 def pipeline_alone(trainer, batches):
     """Seconds per batch of the training input pipeline with nothing else running."""
     iterator = iter(trainer.dataset("train", training=True, seed=1))
@@ -311,7 +289,8 @@ def pipeline_alone(trainer, batches):
 # --- report --------------------------------------------------------------------------
 
 
-def report(timer, args, extras):
+def report(timer, args):
+    """The time of each part of the loop (PhaseTimer), per call and per micro-step."""
     steps = args.train_steps
     loop = timer.total("train()")
     parts = [
@@ -340,6 +319,11 @@ def report(timer, args, extras):
         f"\n{steps} micro-steps, {args.hparams_set} on {args.problem}; "
         f"{harness.environment()}"
     )
+    print_phases(rows, steps, total)
+
+
+def print_phases(rows, steps, total):
+    """The table of where the time went: (name, seconds, calls) rows."""
     header = (
         f"{'part':<22} {'calls':>6} {'total s':>8} {'ms/call':>9} "
         f"{'ms/micro-step':>13} {'share':>6}"
@@ -357,6 +341,9 @@ def report(timer, args, extras):
         f"{'total (start-up+train)':<22} {'':>6} {total:>8.2f} {'':>9} "
         f"{1e3 * total / steps:>13.3f} 100.0%"
     )
+
+
+def print_micro_measurements(extras):
     live, memory = extras["interference"]["live"], extras["interference"]["memory"]
     print("\nmicro-measurements:")
     print(
@@ -395,14 +382,15 @@ def main(argv=None):
             "dispatch": dispatch_cost(batch),
             "pipeline": pipeline_alone(trainer, args.pipeline_batches),
         }
-        report(timer, args, extras)
+        report(timer, args)
+        print_micro_measurements(extras)
         if args.op_stats_steps > 0:
             start = args.train_steps + 12 * args.interference_chunk
             totals = op_type_stats(trainer, args.op_stats_steps, start)
             if totals is None:
                 print("\nno TF op table: this TF has no xspace converter")
             else:
-                print_op_stats(totals)
+                profiler.print_op_type_stats(totals)
     finally:
         if not args.output_dir:
             shutil.rmtree(output_dir, ignore_errors=True)

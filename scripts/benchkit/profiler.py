@@ -36,3 +36,19 @@ def op_type_stats(run_steps, steps):
         cells = dict(zip(ids, [c.get("v") if c else None for c in row["c"]]))
         totals[cells["type"]] += cells["total_self_time"] * 1e-6 / steps
     return totals
+
+
+def print_op_type_stats(totals, top=12):
+    """The `top` op types of op_type_stats by self time, and the idle time."""
+    busy = sum(v for k, v in totals.items() if k != "IDLE")
+    print(
+        f"\nTF op self time per micro-step, summed over threads (profiler on): "
+        f"{1e3 * busy:.1f} ms busy, {1e3 * totals.get('IDLE', 0.0):.1f} ms IDLE"
+    )
+    for name, seconds in totals.most_common():
+        if name == "IDLE":
+            continue
+        if top <= 0:
+            break
+        top -= 1
+        print(f"  {name:<28} {1e3 * seconds:7.2f} ms {100 * seconds / busy:5.1f}%")
