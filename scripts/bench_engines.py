@@ -238,28 +238,25 @@ def _flags(args):
 
 
 def report(args, results, refs, dirs, export_wall):
-    base = [r["seconds"] for r in results.get("tensorflow", [])]
-    print(harness.environment())
-    print(
-        "\n| engine | sentences/s | × TensorFlow | BLEU | load + 1st batch s | "
-        "checkpoint → model s | size MB |\n|---|---|---|---|---|---|---|"
-    )
+    """The harness's table of sentences/s (ratio to TensorFlow's) with each engine's
+    BLEU, load time, export time and size; then agreement with TensorFlow's text."""
+    rates = {e: [len(refs) / r["seconds"] for r in runs] for e, runs in results.items()}
+    rows = harness.summary_rows(rates, "tensorflow")
     summary = {}
-    for engine, runs in results.items():
-        seconds = [r["seconds"] for r in runs]
-        rate = statistics.median(len(refs) / s for s in seconds)
-        ratio = harness.median_ratio(base, seconds) if base else float("nan")
+    for row in rows:
+        engine, runs = row["config"], results[row["config"]]
         bleu = corpus_scores(runs[0]["texts"], refs).bleu
         same = all(r["texts"] == runs[0]["texts"] for r in runs)
-        warm = statistics.median(r["warm"] for r in runs)
         wall = export_wall.get(engine)
         size = dir_megabytes(dirs[engine]) if engine in dirs else float("nan")
-        print(
-            f"| {engine} | {rate:.1f} | {ratio:.2f} | {bleu:.2f}"
-            f"{'' if same else ' (varies)'} | {warm:.1f} | "
-            f"{'' if wall is None else f'{wall:.1f}'} | {size:.1f} |"
-        )
-        summary[engine] = {"rate": rate, "ratio": ratio, "bleu": bleu}
+        row["BLEU"] = f"{bleu:.2f}{'' if same else ' (varies)'}"
+        row["load + 1st batch s"] = f"{statistics.median(r['warm'] for r in runs):.1f}"
+        row["checkpoint → model s"] = "" if wall is None else f"{wall:.1f}"
+        row["size MB"] = f"{size:.1f}"
+        summary[engine] = {"rate": row["median"], "ratio": row["ratio"], "bleu": bleu}
+    columns = ("BLEU", "load + 1st batch s", "checkpoint → model s", "size MB")
+    title = "Decoding speed by inference engine, sentences per second"
+    harness.print_table(title, rows, "sentences/s", "tensorflow", columns)
     if "tensorflow" in results:
         tf_texts = results["tensorflow"][0]["texts"]
         for engine, runs in results.items():

@@ -32,6 +32,7 @@ import sys
 import time
 
 import numpy as np
+from benchkit import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -191,8 +192,6 @@ def main(argv):
     args = parse_args(argv)
     if args.child:
         return child(args)
-    from benchkit import harness
-
     harness.print_start()
     packages = [item.split("=", 1) for item in args.packages.split(",") if item]
     packages.append(("current", ""))
@@ -219,38 +218,39 @@ def main(argv):
         results[config].append(harness.last_json(out))
 
     harness.interleave(configs, args.rounds, run_one, label="bench_step")
-    print(harness.environment())
     report(configs, results)
 
 
 def report(configs, results):
-    from benchkit import harness
-
-    base = [r["tokens_per_second"] for r in results[configs[0]]]
-    summary = {}
+    """The harness's table of tokens/s (ratio to the first config), then each
+    config's op table and noise-scale share when they were asked for."""
+    labels = {config: f"{config[0]} {config[2]}" for config in configs}
+    measured = {
+        labels[c]: [r["tokens_per_second"] for r in results[c]] for c in configs
+    }
+    baseline = labels[configs[0]]
+    rows = harness.summary_rows(measured, baseline)
+    title = "Train step throughput, non-pad target tokens per second"
+    harness.print_table(title, rows, "tokens/s", baseline)
+    summary = {
+        row["config"]: {
+            "tokens_per_second": row["rounds"],
+            "median_ratio": row["ratio"],
+        }
+        for row in rows
+    }
     for config in configs:
-        label = f"{config[0]} {config[2]}"
-        values = [r["tokens_per_second"] for r in results[config]]
-        ratio = harness.median_ratio(values, base)
-        print(
-            f"{label:<20} tokens/s per round "
-            + " ".join(f"{v:7.0f}" for v in values)
-            + f"   median ratio to {configs[0][0]} {configs[0][2]}: {ratio:.3f}"
-        )
-        stats = results[config][0].get("op_stats_ms")
-        if stats:
-            print(
-                "   op self ms/micro-step: "
-                + ", ".join(f"{k} {v}" for k, v in stats.items())
-            )
-        summary[label] = {"tokens_per_second": values, "median_ratio": ratio}
-        if "noise_ops_ms" in results[config][0]:
+        label, first = labels[config], results[config][0]
+        if first.get("op_stats_ms"):
+            ops = ", ".join(f"{k} {v}" for k, v in first["op_stats_ms"].items())
+            print(f"{label}: op self ms/micro-step: {ops}")
+        if "noise_ops_ms" in first:
             shares = [
                 r["noise_ops_ms"] / r["ms_per_micro_step"] for r in results[config]
             ]
             share = sorted(shares)[len(shares) // 2]
             print(
-                "   noise-scale ops per micro-step: "
+                f"{label}: noise-scale ops per micro-step: "
                 + " ".join(f"{r['noise_ops_ms']:.1f} ms" for r in results[config])
                 + f" = {100 * share:.2f}% of the micro-step (median)"
             )
