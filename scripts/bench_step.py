@@ -213,7 +213,10 @@ def main(argv):
             flags.append("--op_stats")
         if args.noise_ops:
             flags.append("--noise_ops")
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE) if p)}
+        # DIR first, then this folder (benchkit), then the parent's own path (the
+        # "current" package is the one this process would import).
+        inherited = os.environ.get("PYTHONPATH", "")
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE, inherited) if p)}
         out, _ = harness.run_python([__file__, "--child", *flags], env=env)
         results[config].append(harness.last_json(out))
 
