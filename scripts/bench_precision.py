@@ -16,8 +16,6 @@ import os
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def child(dtype, train_steps):
     from benchkit import builds
@@ -44,9 +42,8 @@ def main(argv):
     harness.print_start()
     results = {}
     for dtype in args.dtypes.split(","):
-        out, _ = harness.run_python(
-            [__file__, f"--child={dtype}", f"--train_steps={args.train_steps}"],
-            env={"PYTHONPATH": HERE},
+        out, _ = harness.run_python(  # the child inherits this process's PYTHONPATH
+            [__file__, f"--child={dtype}", f"--train_steps={args.train_steps}"]
         )
         results[dtype] = harness.last_json(out)
     print(harness.environment())
