@@ -26,7 +26,7 @@ pipeline is NOT measured. Every config consumes the same batches in the same ord
 sparse vs dense embedding-gradient difference at a realistic vocab size.
 
 Method: every config is built (same seed, same initial weights; t2t_lite configs
-through the trainer's own build_training, see scripts/benchlib.py) and warmed up by one
+through the trainer's own build_training, see scripts/builds.py) and warmed up by one
 pass over the batch list, which traces every tf.function (both the accumulate and the
 accumulate-and-update functions of TrainStep) and lets oneDNN build its kernels for
 every batch shape; the list length is a whole number of windows, so each batch always
@@ -52,9 +52,9 @@ import statistics
 import sys
 import time
 
-import benchlib
 import keras
 import tensorflow as tf
+from benchkit import builds, harness
 
 import t2t_lite
 from t2t_lite.data.problems import AlgorithmicReverse
@@ -80,62 +80,40 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--hparams_set",
-        default="transformer_tiny",
-        help="Registered hparams set (dropout as in the set).",
-    )
-    p.add_argument(
-        "--hparams", default="", help='Extra overrides, e.g. "label_smoothing=0.0".'
-    )
-    p.add_argument(
-        "--batch_size",
-        type=int,
-        default=2048,
-        help="Tokens per micro-batch, padding included.",
-    )
-    p.add_argument(
-        "--accumulate_steps",
-        type=int,
-        default=8,
-        help="n of the accumulating configs (the '8' in *_n8).",
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("--hparams_set", default="transformer_tiny", help="Dropout as in the set.")
+    add("--hparams", default="", help='Extra overrides, e.g. "label_smoothing=0.0".')
+    add("--batch_size", type=int, default=2048, help="Tokens per micro-batch, padded.")
+    add("--accumulate_steps", type=int, default=8, help="n of the *_n8 configs.")
+    add(
         "--steps",
         type=int,
         default=0,
         help="Timed micro-steps per repetition, rounded up to whole windows; "
         "0: one pass over the fixed batch list.",
     )
-    p.add_argument(
-        "--repeats", type=int, default=7, help="Timed repetitions per config."
-    )
-    p.add_argument(
+    add("--repeats", type=int, default=7, help="Timed repetitions per config.")
+    add(
         "--warmup_steps",
         type=int,
         default=0,
         help="Untimed micro-steps per config right after building it, rounded "
         "up to whole windows; 0: one pass over the batch list.",
     )
-    p.add_argument(
+    add(
         "--num_batches",
         type=int,
         default=32,
         help="Distinct micro-batches in the fixed data list (cycled), rounded "
         "up to whole windows.",
     )
-    p.add_argument(
-        "--num_symbols",
-        type=int,
-        default=10,
-        help="algorithmic_reverse symbols; vocab = num_symbols + 2.",
-    )
-    p.add_argument(
+    add("--num_symbols", type=int, default=10, help="vocab = num_symbols + 2.")
+    add(
         "--configs",
         default=DEFAULT_CONFIGS,
         help=f"Comma-separated subset of {', '.join(ALL_CONFIGS)}.",
     )
-    p.add_argument("--seed", type=int, default=1)
+    add("--seed", type=int, default=1)
     args = p.parse_args(argv)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in args.configs if c not in ALL_CONFIGS]
@@ -147,7 +125,7 @@ def parse_args(argv):
 
 
 def build_hparams(args):
-    return benchlib.hparams(
+    return builds.hparams(
         args.hparams_set,
         args.hparams,
         batch_size=args.batch_size,
@@ -162,7 +140,7 @@ def fixed_batches(hp, args):
     """(list of {"inputs", "targets"} int32 tensors, list of non-pad target counts,
     vocab size)."""
     problem = AlgorithmicReverse(num_symbols=args.num_symbols, seed=args.seed)
-    batches, tokens = benchlib.fixed_batches(problem, hp, args.num_batches, args.seed)
+    batches, tokens = builds.fixed_batches(problem, hp, args.num_batches, args.seed)
     return batches, tokens, problem.vocab_size
 
 
@@ -185,12 +163,12 @@ def describe_batches(batches, tokens):
 def t2t_config(hp, vocab_size, n, seed, train_steps):
     """The trainer's own TrainStep (build_training), accumulating n micro-batches."""
     hp = hp.override(optimizer_multistep_accumulate_steps=n)
-    return benchlib.build_seeded_run(hp, vocab_size, train_steps, seed).step
+    return builds.build_seeded_run(hp, vocab_size, train_steps, seed).step
 
 
 def keras_config(hp, vocab_size, n, seed, train_steps):
     """A plain Keras-style step: mean loss per micro-batch, Adam(gradient_accumulation_steps)."""
-    model = benchlib.build_seeded_model(hp, vocab_size, seed)
+    model = builds.build_seeded_model(hp, vocab_size, seed)
     optimizer = keras.optimizers.Adam(
         learning_rate=schedule_from_hparams(hp, train_steps, plan_from_hparams(hp)),
         beta_1=hp.optimizer_adam_beta1,
@@ -201,7 +179,7 @@ def keras_config(hp, vocab_size, n, seed, train_steps):
     variables = model.trainable_variables
     optimizer.build(variables)
 
-    @tf.function(input_signature=benchlib.batch_signature())
+    @tf.function(input_signature=builds.batch_signature())
     def train_step(batch):
         with tf.GradientTape() as tape:
             logits = model(batch, training=True)
@@ -325,7 +303,7 @@ def timed_repetition(runners, batches, tokens, steps, window):
     """Every config runs `steps` micro-steps, interleaved one window at a time, so all
     configs see the same machine load to within about a second (this machine is
     shared); the order rotates so no config always follows the same one."""
-    benchlib.interleave(
+    harness.interleave(
         runners,
         steps // window,
         lambda runner, _: runner.run(batches, tokens, window, record=True),
@@ -360,8 +338,8 @@ def print_table(runners, args, steps):
         rate = statistics.median(r.rates)
         print(
             f"{r.name:<16} {r.n:>2} {rate:>13.2f} {statistics.median(r.token_rates):>9.0f} "
-            f"{benchlib.median_ratio(r.rates, base.rates):>9.3f}x "
-            f"{benchlib.spread(r.rates):>6.1f}% {1e3 / rate:>8.1f} "
+            f"{harness.median_ratio(r.rates, base.rates):>9.3f}x "
+            f"{harness.spread(r.rates):>6.1f}% {1e3 / rate:>8.1f} "
             f"{_median_or_nan(r.accumulate_ms):>8.1f} "
             f"{_median_or_nan(r.update_ms):>9.1f} "
             f"{statistics.median(r.cpu_ms):>12.1f}"
@@ -383,12 +361,12 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     t0 = time.perf_counter()
     print(f"t2t_lite imported from {os.path.dirname(t2t_lite.__file__)}")
-    benchlib.print_start()
+    harness.print_start()
     runners, steps = run_benchmark(args)
     print_table(runners, args, steps)
     print(
         f"\ntotal wall time {time.perf_counter() - t0:.0f}s, "
-        f"load average at end: {benchlib.load_average()}"
+        f"load average at end: {harness.load_average()}"
     )
 
 

@@ -8,7 +8,7 @@ cost per sentence grows with the square of the output length. Side by side in on
 process, for greedy search and beam 4 (alpha 0.6):
 
   1. Real translation: transformer_tiny trained on translate_numbers_en_fr by
-     benchlib.train_numbers_model, the function tests/conftest.py's numbers_run
+     builds.train_numbers_model, the function tests/conftest.py's numbers_run
      fixture also calls (3000/200 pairs, 300 steps, in a temp dir, ~20 s), or an
      existing run (--output_dir and --data_dir, e.g. runs/quickstart_numbers and
      data/numbers_en_fr). Decoder.translate (SentencePiece included) of the first
@@ -44,9 +44,9 @@ import sys
 import tempfile
 import time
 
-import benchlib
 import numpy as np
 import tensorflow as tf
+from benchkit import builds, harness
 
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding
@@ -110,7 +110,7 @@ def measure_pairs(model, max_input_length, cases, repeats, label, run, warm=None
         pairs[key].outputs[cache] = run(decoder)
         pairs[key].times[cache].append(time.perf_counter() - start)
 
-    benchlib.interleave(decoders, repeats, run_one, label)
+    harness.interleave(decoders, repeats, run_one, label)
     return pairs
 
 
@@ -127,7 +127,7 @@ def row(part, model, search, pair, lengths):
         f"{f'{pair.first[True]:.1f}/{pair.first[False]:.1f}':>14} "
         f"{n / statistics.median(cached):>13.2f} "
         f"{n / statistics.median(uncached):>15.2f} {speedup:>7.2f} "
-        f"{f'{benchlib.spread(cached):.0f}/{benchlib.spread(uncached):.0f}':>11} "
+        f"{f'{harness.spread(cached):.0f}/{harness.spread(uncached):.0f}':>11} "
         f"{identical:>13}"
     )
 
@@ -167,8 +167,8 @@ def bench_translation(args, output_dir, data_dir):
 
 
 def bench_long(hparams_set, batch, repeats, args):
-    hp = benchlib.hparams(hparams_set)
-    model = benchlib.build_seeded_model(hp, VOCAB_SIZE, args.seed)
+    hp = builds.hparams(hparams_set)
+    model = builds.build_seeded_model(hp, VOCAB_SIZE, args.seed)
     rng = np.random.default_rng(args.seed)
     sources = [
         rng.integers(2, VOCAB_SIZE, SOURCE_LENGTH - 1).tolist() + [1]
@@ -208,7 +208,7 @@ HEADER = (  # row()'s widths
 def print_table(rows, started):
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (on)")
     print(
-        f"\n{benchlib.environment()}, TF_ENABLE_ONEDNN_OPTS={onednn}, "
+        f"\n{harness.environment()}, TF_ENABLE_ONEDNN_OPTS={onednn}, "
         f"total wall time {time.perf_counter() - started:.0f}s"
     )
     print(HEADER + "\n" + "-" * len(HEADER))
@@ -228,12 +228,12 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     tf.get_logger().setLevel("ERROR")  # one tf.function per Decoder: retrace warnings
-    benchlib.print_start()
+    harness.print_start()
     with tempfile.TemporaryDirectory() as root:
         if args.output_dir:
             output_dir, data_dir = args.output_dir, args.data_dir
         else:
-            data_dir, output_dir, _ = benchlib.train_numbers_model(root)
+            data_dir, output_dir, _ = builds.train_numbers_model(root)
             print(f"trained the numbers model in {time.perf_counter() - started:.0f}s")
         rows = bench_translation(args, output_dir, data_dir)
     if not args.skip_long:

@@ -14,7 +14,7 @@ import re
 import statistics
 import tempfile
 
-import benchlib
+from benchkit import harness
 
 FLAGS = [
     "--problem=algorithmic_reverse",
@@ -38,7 +38,7 @@ def tokens_per_second(steps, deterministic):
         ]
         if deterministic:
             command.append("--deterministic")
-        _, log = benchlib.run_python(command)
+        _, log = harness.run_python(command)
     rates = [float(r) for r in re.findall(r"([\d.]+) tokens/s", log)]
     return statistics.median(rates[1:])
 
@@ -47,23 +47,23 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=2)
+    harness.add_json_flag(parser)
     args = parser.parse_args()
-    results = {False: [], True: []}
+    results = {"default": [], "--deterministic": []}
 
-    def run_one(deterministic, round_index):
-        rate = tokens_per_second(args.steps, deterministic)
-        results[deterministic].append(rate)
-        name = "--deterministic" if deterministic else "default"
+    def run_one(name, round_index):
+        rate = tokens_per_second(args.steps, name == "--deterministic")
+        results[name].append(rate)
         print(f"round {round_index + 1} {name:>15}: {rate:.0f} tokens/s", flush=True)
 
-    print(benchlib.environment())
-    benchlib.interleave((False, True), args.repeats, run_one)
-    plain = statistics.median(results[False])
-    det = statistics.median(results[True])
-    print(f"default         {plain:9.0f} tokens/s (median)")
-    print(f"--deterministic {det:9.0f} tokens/s (median)")
-    ratio = benchlib.median_ratio(results[True], results[False])
-    print(f"ratio deterministic/default: {ratio:.3f} (median of per-round ratios)")
+    harness.print_start()
+    harness.interleave(list(results), args.repeats, run_one)
+    rows = harness.summary_rows(results, "default")
+    title = (
+        f"t2t-trainer throughput, {args.steps} steps, with and without --deterministic"
+    )
+    harness.print_table(title, rows, "tokens/s", "default")
+    harness.write_json(args.json, "bench_determinism", rows, "tokens/s", "default")
 
 
 if __name__ == "__main__":

@@ -56,8 +56,8 @@ import statistics
 import sys
 import time
 
-import benchlib
-import tensorflow as tf
+from benchkit import builds, harness
+from benchkit.collectives import CountingReduction
 
 from t2t_lite.registry import PROBLEMS
 from t2t_lite.training.cluster.distribution import make_strategy
@@ -130,13 +130,13 @@ def setup(args, worker_gpu, n, cross_device_ops=None):
     strategy = make_strategy(worker_gpu, cross_device_ops=cross_device_ops)
     problem = PROBLEMS.get(args.problem)()
     problem.load(None)
-    hp = benchlib.hparams(
+    hp = builds.hparams(
         args.hparams_set,
         args.hparams,
         batch_size=args.batch_size,
         optimizer_multistep_accumulate_steps=n,
     )
-    run = benchlib.build_seeded_run(
+    run = builds.build_seeded_run(
         hp, problem.vocab_size, train_steps=1_000_000, seed=args.seed, strategy=strategy
     )
     return strategy, problem, run
@@ -166,7 +166,7 @@ def throughput_child(args):
     def same_data(replica, num_replicas):
         # The same cached stream in every configuration; micro-batch i -> replica
         # i mod R, so update u always holds micro-batches 4u..4u+3.
-        stream = benchlib.problem_batches(problem, run.hp, args.seed)
+        stream = builds.problem_batches(problem, run.hp, args.seed)
         return stream.take(distinct).cache().repeat().shard(num_replicas, replica)
 
     inputs = ReplicaInputs(strategy, same_data)
@@ -195,8 +195,8 @@ def throughput(args):
     results = {name: [] for name in CONFIGS}
 
     def run_one(name, round_index):
-        stdout, _ = benchlib.run_python(child_args(args, "throughput", name))
-        result = benchlib.last_json(stdout)
+        stdout, _ = harness.run_python(child_args(args, "throughput", name))
+        result = harness.last_json(stdout)
         results[name].append(result)
         print(
             f"  round {round_index + 1} {name:>8}: {result['replicas']} device(s) x "
@@ -211,23 +211,15 @@ def throughput(args):
         f"{args.problem}, batch_size {args.batch_size}, {args.updates} timed updates "
         f"of {4 * args.batch_size} tokens (padding included) =="
     )
-    benchlib.interleave(CONFIGS, args.rounds, run_one)
-    rates = {k: [r["tokens_per_s"] for r in v] for k, v in results.items()}
-    cpu = {k: [r["cpu_s_per_1k_tokens"] for r in v] for k, v in results.items()}
-    for name in CONFIGS:
-        print(
-            f"  {name:>8}: median {statistics.median(rates[name]):.0f} tokens/s "
-            f"(spread {benchlib.spread(rates[name]):.0f}%), median "
-            f"{statistics.median(cpu[name]):.3f} CPU s/1k tokens"
-        )
-    ratio = benchlib.median_ratio(rates["mirrored"], rates["single"])
-    cpu_ratio = benchlib.median_ratio(cpu["mirrored"], cpu["single"])
-    print(
-        f"  tokens/s ratio mirrored(2x n=2) / single(1x n=4): median {ratio:.3f} "
-        f"(per round: "
-        + ", ".join(f"{m / s:.3f}" for m, s in zip(rates["mirrored"], rates["single"]))
-        + f"); CPU per token ratio {cpu_ratio:.3f}"
-    )
+    harness.interleave(CONFIGS, args.rounds, run_one)
+    for key, unit in (
+        ("tokens_per_s", "tokens/s"),
+        ("cpu_s_per_1k_tokens", "CPU s/1k tokens"),
+    ):
+        values = {name: [r[key] for r in rs] for name, rs in results.items()}
+        rows = harness.summary_rows(values, "single")
+        print(f"\n{unit}, mirrored (2 devices x n=2) against single (1 x n=4):\n")
+        print(harness.markdown_table(rows, unit, "single"), flush=True)
 
 
 # --- part 2: the input path --------------------------------------------------------------
@@ -238,7 +230,7 @@ def input_sources(args, strategy, problem, hp, cached):
     distinct = args.distinct_batches
 
     def per_replica(replica, num_replicas):  # as the trainer: own shard, own seed
-        stream = benchlib.problem_batches(
+        stream = builds.problem_batches(
             problem, hp, args.seed + replica, replica, num_replicas
         )
         return (
@@ -246,7 +238,7 @@ def input_sources(args, strategy, problem, hp, cached):
         )
 
     def per_worker(context):  # one pipeline per worker, batches go to replicas in turn
-        stream = benchlib.problem_batches(
+        stream = builds.problem_batches(
             problem,
             hp,
             args.seed,
@@ -281,7 +273,7 @@ def batch_rates(args, sources):
         seconds = produce(sources[name], args.input_batches)
         rates[name].append(args.input_batches / seconds)
 
-    benchlib.interleave(sources, args.input_rounds, run_one)
+    harness.interleave(sources, args.input_rounds, run_one)
     return rates
 
 
@@ -303,7 +295,7 @@ def input_child(args):
     for name in sources:  # traces the step for each input type, warms up
         steps(name, None)
         rates[name].clear()
-    benchlib.interleave(sources, args.input_rounds, steps)
+    harness.interleave(sources, args.input_rounds, steps)
     rows["train steps (n=2), live"] = rates
     print_input_report(args, rows)
 
@@ -324,7 +316,7 @@ def print_input_report(args, rows):
         print(
             f"  {label:<26} {statistics.median(ri):>10.0f} {unit[:-2]:<3} "
             f"{statistics.median(dd):>16.0f} {unit[:-2]:<3} "
-            f"{benchlib.median_ratio(ri, dd):>11.3f}x"
+            f"{harness.median_ratio(ri, dd):>11.3f}x"
         )
     print(
         "  (rates per second, medians over rounds; ratio: median per-round ratio, "
@@ -335,33 +327,13 @@ def print_input_report(args, rows):
 # --- part 3: collectives -------------------------------------------------------------------
 
 
-class CountingReduction(tf.distribute.ReductionToOneDevice):
-    """ReductionToOneDevice that counts the reductions handed to it: `groups` (one
-    per reduce or batch_reduce call, however many tensors it carries) and `tensors`.
-    Counts at trace time: a compiled step runs what it traced, once per call."""
-
-    def __init__(self):
-        super().__init__()
-        self.groups = self.tensors = 0
-
-    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
-        self.groups += 1
-        self.tensors += 1
-        return super().reduce(reduce_op, per_replica_value, destinations, options)
-
-    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
-        self.groups += 1
-        self.tensors += len(value_destination_pairs)
-        return super().batch_reduce(reduce_op, value_destination_pairs, options)
-
-
 def collectives_child(args):
     counter = CountingReduction()
     n = args.collectives_n
     strategy, problem, run = setup(args, 2, n, cross_device_ops=counter)
     inputs = ReplicaInputs(
         strategy,
-        lambda r, num: benchlib.problem_batches(problem, run.hp, args.seed + r, r, num),
+        lambda r, num: builds.problem_batches(problem, run.hp, args.seed + r, r, num),
     )
     batch = inputs.next()
     counts = {}
@@ -405,16 +377,16 @@ def main(argv=None):
         CHILDREN[args.child](args)
         return
     started = time.perf_counter()
-    print(f"parent: {benchlib.environment()}", flush=True)
+    print(f"parent: {harness.environment()}", flush=True)
     if "throughput" in args.parts:
         throughput(args)
     for part in ("input", "collectives"):
         if part in args.parts:
-            stdout, _ = benchlib.run_python(child_args(args, part))
+            stdout, _ = harness.run_python(child_args(args, part))
             print(stdout.rstrip(), flush=True)
     print(
         f"\ntotal wall time {time.perf_counter() - started:.0f}s, load average at "
-        f"end {benchlib.load_average()}"
+        f"end {harness.load_average()}"
     )
 
 

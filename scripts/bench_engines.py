@@ -6,13 +6,13 @@ BLEU, and the time from checkpoint to a converted model.
 Same sentences, same beam, length penalty alpha and batch size for all. The model:
 an existing run (--output_dir, --data_dir; its problem's dev set, or --source and
 --reference files), or by default transformer_tiny trained on
-translate_numbers_en_fr by benchlib.train_numbers_model (~20 s).
+translate_numbers_en_fr by builds.train_numbers_model (~20 s).
 
 Method. Each configuration runs in a fresh process (`--worker`), which loads its
 engine, translates the first batch once untimed (tracing, first-touch allocations:
 reported as "load + 1st batch"), then times the translation of all the sentences.
 The configurations take turns for --rounds rounds, in a rotating order
-(benchlib.interleave), so other load on the machine hits all alike; the speed ratio
+(harness.interleave), so other load on the machine hits all alike; the speed ratio
 to TensorFlow is the median over rounds of the per-round ratio. Every engine may use
 the whole machine: TensorFlow its default thread pools, CTranslate2 --threads
 (default: the cores this process may run on). CTranslate2 ranks beams with its own
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-import benchlib
+from benchkit import builds, harness
 
 from t2t_lite.decoding.bleu import corpus_scores
 
@@ -138,7 +138,7 @@ def worker(args):
 def exporter(args, output_dir, data_dir, export_dir, *flags):
     """Runs t2t-exporter in a fresh process; returns its wall seconds."""
     started = time.perf_counter()
-    benchlib.run_python(
+    harness.run_python(
         [
             "-m",
             "t2t_lite.bin.exporter",
@@ -204,12 +204,12 @@ def main(argv=None):
     args = parse_args(argv)
     if args.worker:
         return worker(args)
-    benchlib.print_start()
+    harness.print_start()
     root = args.work_dir or tempfile.mkdtemp(prefix="t2t_bench_engines_")
     output_dir, data_dir = args.output_dir, args.data_dir
     if not output_dir:
         print("training transformer_tiny on translate_numbers_en_fr ...", flush=True)
-        data_dir, output_dir, _ = benchlib.train_numbers_model(root)
+        data_dir, output_dir, _ = builds.train_numbers_model(root)
     lines, refs = sentences(args, output_dir, data_dir)
     dirs, export_wall = export_all(args, output_dir, data_dir, root)
     print(f"{len(lines)} sentences; {decode_hparams(args)}", flush=True)
@@ -225,10 +225,10 @@ def main(argv=None):
 
     def run_one(engine, _):
         spec = json.dumps({**job, "engine": engine})
-        stdout, _ = benchlib.run_python([__file__, "--worker", spec, *_flags(args)])
-        results[engine].append(benchlib.last_json(stdout))
+        stdout, _ = harness.run_python([__file__, "--worker", spec, *_flags(args)])
+        results[engine].append(harness.last_json(stdout))
 
-    benchlib.interleave(args.engines, args.rounds, run_one, label="engines")
+    harness.interleave(args.engines, args.rounds, run_one, label="engines")
     report(args, results, refs, dirs, export_wall)
     return 0
 
@@ -238,28 +238,25 @@ def _flags(args):
 
 
 def report(args, results, refs, dirs, export_wall):
-    base = [r["seconds"] for r in results.get("tensorflow", [])]
-    print(benchlib.environment())
-    print(
-        "\n| engine | sentences/s | × TensorFlow | BLEU | load + 1st batch s | "
-        "checkpoint → model s | size MB |\n|---|---|---|---|---|---|---|"
-    )
+    """The harness's table of sentences/s (ratio to TensorFlow's) with each engine's
+    BLEU, load time, export time and size; then agreement with TensorFlow's text."""
+    rates = {e: [len(refs) / r["seconds"] for r in runs] for e, runs in results.items()}
+    rows = harness.summary_rows(rates, "tensorflow")
     summary = {}
-    for engine, runs in results.items():
-        seconds = [r["seconds"] for r in runs]
-        rate = statistics.median(len(refs) / s for s in seconds)
-        ratio = benchlib.median_ratio(base, seconds) if base else float("nan")
+    for row in rows:
+        engine, runs = row["config"], results[row["config"]]
         bleu = corpus_scores(runs[0]["texts"], refs).bleu
         same = all(r["texts"] == runs[0]["texts"] for r in runs)
-        warm = statistics.median(r["warm"] for r in runs)
         wall = export_wall.get(engine)
         size = dir_megabytes(dirs[engine]) if engine in dirs else float("nan")
-        print(
-            f"| {engine} | {rate:.1f} | {ratio:.2f} | {bleu:.2f}"
-            f"{'' if same else ' (varies)'} | {warm:.1f} | "
-            f"{'' if wall is None else f'{wall:.1f}'} | {size:.1f} |"
-        )
-        summary[engine] = {"rate": rate, "ratio": ratio, "bleu": bleu}
+        row["BLEU"] = f"{bleu:.2f}{'' if same else ' (varies)'}"
+        row["load + 1st batch s"] = f"{statistics.median(r['warm'] for r in runs):.1f}"
+        row["checkpoint → model s"] = "" if wall is None else f"{wall:.1f}"
+        row["size MB"] = f"{size:.1f}"
+        summary[engine] = {"rate": row["median"], "ratio": row["ratio"], "bleu": bleu}
+    columns = ("BLEU", "load + 1st batch s", "checkpoint → model s", "size MB")
+    title = "Decoding speed by inference engine, sentences per second"
+    harness.print_table(title, rows, "sentences/s", "tensorflow", columns)
     if "tensorflow" in results:
         tf_texts = results["tensorflow"][0]["texts"]
         for engine, runs in results.items():

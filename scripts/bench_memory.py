@@ -18,8 +18,8 @@ layers shrink weights, slots and activations alike, but the logits, which grow w
 vocab x tokens, do not), vocabulary --vocab_size (8000) on the built-in
 algorithmic_reverse problem (--num_symbols = vocab - 2, sequence lengths
 --min_length..--max_length), token-bucketed by the trainer's pipeline
-(benchlib.fixed_batches; batch_size = b or n*b, padding included). The run is
-built by the trainer's build_training (benchlib.build_seeded_run), same seed everywhere.
+(builds.fixed_batches; batch_size = b or n*b, padding included). The run is
+built by the trainer's build_training (builds.build_seeded_run), same seed everywhere.
 
 Each child reports:
 
@@ -67,8 +67,15 @@ import statistics
 import sys
 import time
 
-import benchlib
-import tensorflow as tf
+from benchkit import builds, harness
+from benchkit.accumulation_memory import print_accumulation_costs
+from benchkit.memory import (
+    reset_rss_peak,
+    reset_tf_peak,
+    status_mib,
+    tf_memory,
+    variable_mib,
+)
 
 from t2t_lite.data.problems import AlgorithmicReverse
 
@@ -138,55 +145,10 @@ def shape(args, config):
 # --- in a child: measuring -------------------------------------------------------------
 
 
-def status_mib(field):
-    """A /proc/self/status field (VmRSS, VmHWM, ...) in MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
-
-
-def reset_rss_peak():
-    """Resets VmHWM (and ru_maxrss) to the current RSS; False if not permitted."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def tf_memory():
-    """The TF CPU allocator's {"current", "peak"} in MiB, or None if unsupported."""
-    try:
-        info = tf.config.experimental.get_memory_info("CPU:0")
-    except (ValueError, RuntimeError):
-        return None
-    return {k: info[k] / MIB for k in ("current", "peak")}
-
-
-def reset_tf_peak():
-    try:
-        tf.config.experimental.reset_memory_stats("CPU:0")
-    except (ValueError, RuntimeError):
-        pass
-
-
-def variable_mib(variables):
-    return (
-        sum(
-            int(tf.TensorShape(v.shape).num_elements()) * tf.as_dtype(v.dtype).size
-            for v in variables
-        )
-        / MIB
-    )
-
-
 def build(args, config):
     """(run, batches): the fixed batches first, then the run (build_training)."""
     tokens, n, count = shape(args, config)
-    hp = benchlib.hparams(
+    hp = builds.hparams(
         args.hparams_set,
         args.hparams,
         num_hidden_layers=args.layers,
@@ -199,10 +161,10 @@ def build(args, config):
         max_length=args.max_length,
         seed=args.seed,
     )
-    batches, _ = benchlib.fixed_batches(problem, hp, count, args.seed)
+    batches, _ = builds.fixed_batches(problem, hp, count, args.seed)
     vocab_size = problem.vocab_size
     del problem  # its generated arrays
-    run = benchlib.build_seeded_run(hp, vocab_size, count, args.seed)
+    run = builds.build_seeded_run(hp, vocab_size, count, args.seed)
     gc.collect()
     return run, batches
 
@@ -268,8 +230,8 @@ def measure(args):
     results = {c: [] for c in args.configs}
 
     def run_one(config, round_index):
-        stdout, _ = benchlib.run_python(child_args(args, config), env=ALLOCATOR_STATS)
-        result = benchlib.last_json(stdout)
+        stdout, _ = harness.run_python(child_args(args, config), env=ALLOCATOR_STATS)
+        result = harness.last_json(stdout)
         results[config].append(result)
         print(
             f"round {round_index + 1} {config:>6}: peak RSS {result['peak_rss']:7.0f} "
@@ -278,7 +240,7 @@ def measure(args):
             flush=True,
         )
 
-    benchlib.interleave(args.configs, args.rounds, run_one)
+    harness.interleave(args.configs, args.rounds, run_one)
     return results
 
 
@@ -339,101 +301,15 @@ def print_table(args, results):
     ]:
         if "tf" in key and not has_tf:
             continue
-        per_round = [
-            derived(a)[key] / derived(b)[key]
-            for a, b in zip(results["b_n8"], results["nb_n1"])
-        ]
-        ratios[key] = statistics.median(per_round)
+        values = [derived(r)[key] for r in results["b_n8"]]
+        baseline = [derived(r)[key] for r in results["nb_n1"]]
+        per_round = [v / b for v, b in zip(values, baseline)]
+        ratios[key] = harness.median_ratio(values, baseline)
         print(
             f"ratio b_n8 / nb_n1, {what:<36}: {ratios[key]:.3f} "
             f"(rounds: {', '.join(f'{r:.3f}' for r in per_round)})"
         )
     return ratios
-
-
-def micro_step_extra(results):
-    """What a b_n8 micro-step allocates at its peak beyond the b_n1 step on the same
-    batch (TF allocator peak above each run's own baseline, which for b_n8 already
-    holds the accumulators), by kind, in MiB; the first window (tracing) skipped."""
-    extra = {"accumulate": [], "update": []}
-    for a, b in zip(results["b_n8"], results["b_n1"]):
-        if a["baseline_tf"] is None or b["baseline_tf"] is None:
-            return None
-        base8, base1 = a["baseline_tf"]["current"], b["baseline_tf"]["current"]
-        n = a["n"]
-        for m8, m1 in list(zip(a["micro_steps"], b["micro_steps"]))[n:]:
-            kind = "update" if m8["update"] else "accumulate"
-            extra[kind].append((m8["tf_peak"] - base8) - (m1["tf_peak"] - base1))
-    return extra
-
-
-def live_above_baseline(result):
-    """b_n8's TF live bytes after accumulate-only and after update micro-steps, minus
-    its baseline (which holds the accumulators), from the second window on: medians."""
-    base, n = result["baseline_tf"]["current"], result["n"]
-    steps = result["micro_steps"][n:]
-    return {
-        kind: statistics.median(
-            m["tf_current"] - base for m in steps if m["update"] == (kind == "update")
-        )
-        for kind in ("accumulate", "update")
-    }
-
-
-def print_accumulation_costs(args, results):
-    """Item 2: one model-sized float32 copy, nothing per micro-step."""
-    if "b_n8" not in results:
-        return {}
-    r8 = results["b_n8"][0]
-    model = r8["trainable_mib"]
-    out = {"trainable_mib": model, "accumulator_mib": r8["accumulator_mib"]}
-    print(
-        f"\naccumulators: {r8['accumulator_mib']:.2f} MiB float32; the model's "
-        f"trainable variables: {model:.2f} MiB"
-    )
-    if "b_n1" in results and r8["baseline_tf"] is not None:
-        growth = statistics.median(
-            a["baseline_tf"]["current"] - b["baseline_tf"]["current"]
-            for a, b in zip(results["b_n8"], results["b_n1"])
-        )
-        out["baseline_tf_growth_mib"] = growth
-        print(f"TF live bytes at baseline, b_n8 - b_n1: {growth:.2f} MiB")
-    for i, r in enumerate(results["b_n8"]):
-        rss = ", ".join(f"{u['rss']:.0f}" for u in r["updates"])
-        peaks = ", ".join(f"{u['rss_peak']:.0f}" for u in r["updates"])
-        print(
-            f"b_n8 round {i + 1}: RSS after each update {rss}; RSS peak of each {peaks}"
-        )
-        if r["baseline_tf"] is not None:
-            live = " ".join(f"{m['tf_current']:.1f}" for m in r["micro_steps"])
-            print(f"  TF live MiB after each micro-step: {live}")
-    if r8["baseline_tf"] is not None and len(r8["micro_steps"]) > r8["n"]:
-        live = [live_above_baseline(r) for r in results["b_n8"]]
-        out["live_above_baseline_mib"] = live
-        print(
-            "b_n8 TF live bytes minus its baseline, from the 2nd window on: after "
-            "accumulate micro-steps "
-            + ", ".join(f"{x['accumulate']:+.1f}" for x in live)
-            + " MiB; after updates "
-            + ", ".join(f"{x['update']:+.1f}" for x in live)
-            + " MiB"
-        )
-    out["rss_after_updates"] = [
-        [u["rss"] for u in r["updates"]] for r in results["b_n8"]
-    ]
-    if "b_n1" in results:
-        extra = micro_step_extra(results)
-        if extra:
-            for kind, values in extra.items():
-                if values:
-                    med = statistics.median(values)
-                    out[f"extra_{kind}_mib"] = med
-                    print(
-                        f"{kind} micro-steps of b_n8 vs the b_n1 step on the same "
-                        f"batch: TF peak {med:+.1f} MiB (median; {med / model:+.2f} model "
-                        f"copies; range {min(values):.1f}..{max(values):.1f})"
-                    )
-    return out
 
 
 def main(argv=None):
@@ -442,9 +318,9 @@ def main(argv=None):
         child(args)
         return
     started = time.perf_counter()
-    benchlib.print_start()
+    harness.print_start()
     results = measure(args)
-    print(f"\n{benchlib.environment()}")
+    print(f"\n{harness.environment()}")
     first = next(iter(results.values()))[0]
     print(
         f"{args.hparams_set}, {args.layers}+{args.layers} layers, vocab "

@@ -43,8 +43,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import benchlib
 import numpy as np
+from benchkit import builds, harness
 
 from t2t_lite.data import datagen
 from t2t_lite.data.text_problems import TranslateParallelText
@@ -164,7 +164,7 @@ def report_datagen(args, summary, phases, total, mean_words):
 
 
 def build_hparams(hparams_set, args):
-    return benchlib.hparams(
+    return builds.hparams(
         hparams_set,
         batch_size=args.batch_size,
         max_length=args.max_length,
@@ -176,14 +176,14 @@ def build_hparams(hparams_set, args):
 def training_dataset(problem, data_dir, args):
     """The trainer's training batches, with transformer_base's bucketing."""
     hp = build_hparams("transformer_base", args)
-    return benchlib.problem_batches(problem, hp, args.seed, data_dir=data_dir)
+    return builds.problem_batches(problem, hp, args.seed, data_dir=data_dir)
 
 
 def batch_tokens(batch):
     targets = batch["targets"]
     rows = int(targets.shape[0])
     width = max(int(batch["inputs"].shape[1]), int(targets.shape[1]))
-    return benchlib.non_pad_tokens(batch), rows * width
+    return builds.non_pad_tokens(batch), rows * width
 
 
 def bench_pipeline(problem, data_dir, args):
@@ -217,7 +217,7 @@ def bench_pipeline(problem, data_dir, args):
 def build_step(hparams_set, vocab_size, args):
     """The trainer's own TrainStep (build_training), n=1."""
     hp = build_hparams(hparams_set, args)
-    return benchlib.build_seeded_run(hp, vocab_size, 100000, args.seed).step
+    return builds.build_seeded_run(hp, vocab_size, 100000, args.seed).step
 
 
 def _total(value):
@@ -265,7 +265,7 @@ def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
         runs[kind].append(_timed(step, batches, done[0]))
         done[0] += steps
 
-    benchlib.interleave(("fixed", "live"), rounds, run_one)
+    harness.interleave(("fixed", "live"), rounds, run_one)
     (rate_fixed, cpu_fixed, _), (rate_live, cpu_live, wait_live) = (
         np.median(np.asarray(runs[k]), axis=0).tolist() for k in ("fixed", "live")
     )
@@ -287,7 +287,7 @@ def main(argv):
     args = parse_args(argv)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_pipeline_")
     os.makedirs(work_dir, exist_ok=True)
-    print(f"work dir {work_dir}; {benchlib.environment()}")
+    print(f"work dir {work_dir}; {harness.environment()}")
     data_dir, summary, phases, total, mean_words = bench_datagen(args, work_dir)
     report_datagen(args, summary, phases, total, mean_words)
     problem = TranslateParallelText()
@@ -306,7 +306,7 @@ def main(argv):
             f"{fixed:>8,.0f} = {pipeline['target tokens/s'] / fixed:6.1f}x; "
             f"live/fixed {live / fixed:.2f}"
         )
-    print(f"load average at the end {benchlib.load_average()}")
+    print(f"load average at the end {harness.load_average()}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Does low precision train as well? float32 vs bfloat16 vs float16 on the numbers problem.
 
-Trains the built-in translate_numbers_en_fr model (benchlib.train_numbers_model:
+Trains the built-in translate_numbers_en_fr model (builds.train_numbers_model:
 transformer_tiny, 3000 pairs) with each activation_dtype from the same seed for the
 same number of updates, each in a fresh child process, and compares the final dev loss
 (the goal for bfloat16: within 2% of float32), accuracy, BLEU, and the loss at the
@@ -16,14 +16,12 @@ import os
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def child(dtype, train_steps):
-    import benchlib
+    from benchkit import builds
 
     with tempfile.TemporaryDirectory() as root:
-        _, output_dir, final = benchlib.train_numbers_model(
+        _, output_dir, final = builds.train_numbers_model(
             root, f"activation_dtype={dtype}", train_steps=train_steps
         )
         with open(os.path.join(output_dir, "metrics.jsonl")) as f:
@@ -39,17 +37,16 @@ def main(argv):
     args = p.parse_args(argv)
     if args.child:
         return child(args.child, args.train_steps)
-    import benchlib
+    from benchkit import harness
 
-    benchlib.print_start()
+    harness.print_start()
     results = {}
     for dtype in args.dtypes.split(","):
-        out, _ = benchlib.run_python(
-            [__file__, f"--child={dtype}", f"--train_steps={args.train_steps}"],
-            env={"PYTHONPATH": HERE},
+        out, _ = harness.run_python(  # the child inherits this process's PYTHONPATH
+            [__file__, f"--child={dtype}", f"--train_steps={args.train_steps}"]
         )
-        results[dtype] = benchlib.last_json(out)
-    print(benchlib.environment())
+        results[dtype] = harness.last_json(out)
+    print(harness.environment())
     reference = results[args.dtypes.split(",")[0]]["final"]["loss"]
     summary = {}
     for dtype, result in results.items():

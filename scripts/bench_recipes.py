@@ -25,7 +25,7 @@ groups of as many runs as --cores (default 0,1: two side by side, so that each p
 shares the machine's memory and caches alike); more runs than cores run group after
 group, and a last group with a core to spare gets a filler run (one more seed of the
 reference recipe, reported only as noise). Inside, t2t_lite's Trainer trains with
-one extra hook (scripts/recipelib.py): a clock of training time that, at --marks
+one extra hook (scripts/benchkit/recipes/runs.py): a clock of training time that, at --marks
 evenly spaced marks up to --minutes, lets the accumulation window in progress close,
 records micro-steps, updates, tokens trained on (non-pad target tokens) and tokens
 per update, and writes the weights, off the clock; training stops at the last mark.
@@ -40,7 +40,7 @@ turns on it; then equal wall time is not equal work (and groups run at different
 times may get different shares), and --clock=cpu makes --minutes count the CPU
 time each run got instead.
 
-Reported (scripts/recipe_report.py): per recipe, dev loss and BLEU at each mark
+Reported (scripts/benchkit/recipes/report.py): per recipe, dev loss and BLEU at each mark
 (equal wall time) and at equal tokens; the time and tokens each recipe takes to reach
 the --reference recipe's final dev loss and its ratio to the reference's own time
 (the goal for a recommended recipe: <= 0.7x); with --repeats N, N seeds per recipe
@@ -83,45 +83,14 @@ import math
 import os
 import sys
 
-import benchlib
-import recipe_report
-import recipelib
+from benchkit import harness
+from benchkit.recipes import report as recipe_report
+from benchkit.recipes import runs as recipe_runs
+from benchkit.recipes.catalog import DEFAULT_RECIPES, RECIPES, set_recipe
 
 from t2t_lite.errors import first_line
 
 FIGURE = os.path.join(os.path.dirname(__file__), "figures", "bench_recipes.png")
-RAMP = "batch_size_schedule=linear:{b},{b4},200"
-ADAPTIVE = "batch_size_schedule=adaptive:{b2},{b16},50"
-SQRT = "learning_rate_batch_scaling=sqrt"
-TOKENS = "learning_rate_schedule_unit=tokens"
-RECIPES = {
-    "fixed1": "optimizer_multistep_accumulate_steps=1",
-    "fixed2": "optimizer_multistep_accumulate_steps=2",
-    "fixed4": "optimizer_multistep_accumulate_steps=4",
-    "fixed8": "optimizer_multistep_accumulate_steps=8",
-    "ramp": RAMP,
-    "adaptive": ADAPTIVE,
-    "ramp_sqrt": f"{RAMP},{SQRT}",
-    "ramp_sqrt_tok": f"{RAMP},{SQRT},{TOKENS}",
-    "adaptive_sqrt": f"{ADAPTIVE},{SQRT}",
-    "adaptive_sqrt_tok": f"{ADAPTIVE},{SQRT},{TOKENS}",
-    "adaptive_linear": f"{ADAPTIVE},learning_rate_batch_scaling=linear",
-    # The recommended set's recipe: what transformer_base_auto changes over
-    # transformer_base (set_recipe keeps the two in step).
-    "auto": "{auto}",
-    # bfloat16 activations whatever --dtype says (a CPU with avx512_bf16 or AMX).
-    "fixed4_bf16": "optimizer_multistep_accumulate_steps=4,activation_dtype=bfloat16",
-    "auto_bf16": "{auto},activation_dtype=bfloat16",
-    # fixed8 with fixed4's rate scaled by sqrt(2): the rate tuned for 4 micro-batches.
-    "fixed8_sqrt": (
-        "optimizer_multistep_accumulate_steps=8,"
-        f"{SQRT},learning_rate_reference_tokens={{b4}}"
-    ),
-}
-DEFAULT_RECIPES = (
-    "fixed1,fixed2,fixed4,fixed8,ramp,adaptive,ramp_sqrt_tok,adaptive_sqrt,"
-    "adaptive_sqrt_tok"
-)
 SMOKE = {  # --smoke: a tiny model, two recipes, ~1 minute in all
     "hidden_size": 32,
     "filter_size": 64,
@@ -188,6 +157,7 @@ def parse_args(argv):
     out.add_argument("--plot_file", default="", help="default: " + FIGURE)
     out.add_argument("--keep_checkpoints", action="store_true")
     p.add_argument("--smoke", action="store_true", help="tiny model, ~1 minute")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)  # a run's spec
     args = p.parse_args(argv)
     if args.smoke:
         for key, value in SMOKE.items():
@@ -220,7 +190,7 @@ def check_args(args):
     for path in filter(None, texts):
         if not os.path.isfile(path):
             fail(f"{path}: no such file.")
-    if args.dtype == "bfloat16" and not recipelib.cpu_has_bfloat16():
+    if args.dtype == "bfloat16" and not recipe_runs.cpu_has_bfloat16():
         fail(
             "--dtype=bfloat16 needs a CPU with avx512_bf16 or AMX (see /proc/cpuinfo); "
             "this one has neither, and its bfloat16 would be slower than float32."
@@ -279,25 +249,10 @@ def chosen_recipes(args):
     return {name: table[name].format(**sizes) for name in names}
 
 
-def set_recipe(name, batch_size):
-    """What the registered hparams set `name` changes over transformer_base, as an
-    --hparams string: the set's recipe on the benchmark's common model, whose
-    micro-batch is `batch_size`. A set's own batch_size is kept as a fraction of
-    transformer_base's (a set that halves the micro-batch halves the benchmark's),
-    so its tokens per update relate to the fixed recipes' as they do in the sets."""
-    from t2t_lite.registry import HPARAMS_SETS
-
-    chosen, base = HPARAMS_SETS.get(name)(), HPARAMS_SETS.get("transformer_base")()
-    values = chosen.values()
-    if "batch_size" in chosen.diff(base):
-        values["batch_size"] = batch_size * values["batch_size"] // base.batch_size
-    return ",".join(f"{key}={values[key]}" for key in chosen.diff(base))
-
-
 def validation_error(args, hparams):
     """The first line of what t2t-trainer would say about these hparams, or None."""
     try:
-        recipelib.build_hparams(args.hparams_set, common_hparams(args), hparams)
+        recipe_runs.build_hparams(args.hparams_set, common_hparams(args), hparams)
     except Exception as e:  # noqa: BLE001  (a recipe's failure, reported in its row)
         return f"{type(e).__name__}: {first_line(e)}"
     return None
@@ -365,7 +320,7 @@ def run_jobs(args, problem, data_dir, recipes, jobs):
             for (name, seed, filler), core in zip(group, cores)
         ]
         print(f"group {number}/{len(groups)}:", flush=True)
-        results += recipelib.run_group(specs)
+        results += recipe_runs.run_group(specs, os.path.abspath(__file__))
     return results
 
 
@@ -374,11 +329,14 @@ def run_jobs(args, problem, data_dir, recipes, jobs):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.child:
+        recipe_runs.child_main(args.child)
+        return 0
     args.cores_list = check_args(args)
     recipes = chosen_recipes(args)
     os.makedirs(args.work_dir, exist_ok=True)
-    benchlib.print_start()
-    problem, data_dir = recipelib.prepare_data(args)
+    harness.print_start()
+    problem, data_dir = recipe_runs.prepare_data(args)
     errors = {
         name: validation_error(args, hparams) for name, hparams in recipes.items()
     }
@@ -399,12 +357,12 @@ def main(argv=None):
     results = run_jobs(args, problem, data_dir, recipes, jobs)
     for name in recipes:
         if errors[name]:
-            results.append(recipelib.failed(name, recipes[name], errors[name]))
+            results.append(recipe_runs.failed(name, recipes[name], errors[name]))
     summary = recipe_report.summarize(
         results, recipes, args.reference, mark_seconds(args), args.clock
     )
     text = recipe_report.markdown(summary)
-    print(f"\n{benchlib.environment()}\n\n{text}\n", flush=True)
+    print(f"\n{harness.environment()}\n\n{text}\n", flush=True)
     with open(os.path.join(args.work_dir, "report.md"), "w") as f:
         f.write(text + "\n")
     os.makedirs(os.path.dirname(os.path.abspath(args.plot_file)), exist_ok=True)

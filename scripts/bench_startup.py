@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-import benchlib
+from benchkit import builds, harness
 
 CONFIGS = ("graph_function", "autograph")
 
@@ -41,9 +41,9 @@ def child(args):
         plain = tf.function
         tf.function = lambda fn=None, **kw: plain(fn, **{**kw, "autograph": True})
     out = {}
-    hp = benchlib.hparams(args.hparams_set, optimizer_multistep_accumulate_steps=2)
+    hp = builds.hparams(args.hparams_set, optimizer_multistep_accumulate_steps=2)
     began = time.perf_counter()
-    run = benchlib.build_seeded_run(hp, vocab_size=1000, train_steps=100, seed=1)
+    run = builds.build_seeded_run(hp, vocab_size=1000, train_steps=100, seed=1)
     out["build"] = time.perf_counter() - began
     rng = np.random.default_rng(0)
     batch = {
@@ -68,19 +68,19 @@ def main(argv):
     args = parse(argv)
     if args.config:
         return child(args)
-    benchlib.print_start()
+    harness.print_start()
     results = {config: [] for config in CONFIGS}
 
     def run_one(config, _):
         began = time.perf_counter()
-        stdout, _ = benchlib.run_python(
+        stdout, _ = harness.run_python(
             [__file__, f"--config={config}", f"--hparams_set={args.hparams_set}"]
         )
         results[config].append(
-            {**benchlib.last_json(stdout), "process": time.perf_counter() - began}
+            {**harness.last_json(stdout), "process": time.perf_counter() - began}
         )
 
-    benchlib.interleave(CONFIGS, args.rounds, run_one, label="startup")
+    harness.interleave(CONFIGS, args.rounds, run_one, label="startup")
     keys = list(results[CONFIGS[0]][0])
     print(f"\nmedian seconds over {args.rounds} rounds ({args.hparams_set}):")
     print(f"{'':18}" + "".join(f"{c:>16}" for c in CONFIGS) + f"{'ratio':>8}")
@@ -95,7 +95,7 @@ def main(argv):
             else:
                 per_round = [r[key] for r in rows]
             values[config] = per_round
-        ratio = benchlib.median_ratio(values["graph_function"], values["autograph"])
+        ratio = harness.median_ratio(values["graph_function"], values["autograph"])
         print(
             f"{key:18}"
             + "".join(f"{statistics.median(values[c]):16.2f}" for c in CONFIGS)

@@ -11,7 +11,7 @@ Each configuration runs in a fresh child process (a compute dtype, and optionall
 other copies of the package: `--packages=LABEL=DIR,...` puts DIR first on PYTHONPATH,
 e.g. a `git archive` of an older commit, to measure a change before/after in one
 run).
-Configurations take turns (benchlib.interleave); the report gives target tokens/s
+Configurations take turns (harness.interleave); the report gives target tokens/s
 per round and the median ratio to the first configuration. `--op_stats` prints the
 TF profiler's op-type table of each configuration once (where the time goes).
 
@@ -32,6 +32,7 @@ import sys
 import time
 
 import numpy as np
+from benchkit import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -87,7 +88,7 @@ def translation_batches(hp, count, seed=1):
 def child(args):
     """Builds the run, traces on every batch shape, then times `steps` micro-steps;
     prints one JSON line."""
-    import benchlib
+    from benchkit import builds
 
     import t2t_lite
 
@@ -96,10 +97,10 @@ def child(args):
         overrides += f",activation_dtype={args.dtype}"
     if args.overrides:
         overrides += "," + args.overrides
-    hp = benchlib.hparams("transformer_base", overrides)
-    run = benchlib.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
+    hp = builds.hparams("transformer_base", overrides)
+    run = builds.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
     batches = translation_batches(hp, args.batches)
-    tokens = [benchlib.non_pad_tokens(b) for b in batches]
+    tokens = [builds.non_pad_tokens(b) for b in batches]
     step = 0
     for batch in batches:  # trace once, warm up
         run.step.train_on(batch, run.step.is_update_micro_step(step))
@@ -151,13 +152,13 @@ def noise_ops_ms(run, batches, repeats=20):
 
 def op_stats(run, batches, step, top=14):
     """{op type: self ms per micro-step} over one pass of `batches` (TF profiler)."""
-    import benchlib
+    from benchkit import profiler
 
     def steps():
         for i, batch in enumerate(batches):
             run.step.train_on(batch, run.step.is_update_micro_step(step + i))
 
-    totals = benchlib.op_type_stats(steps, len(batches))
+    totals = profiler.op_type_stats(steps, len(batches))
     if totals is None:
         return {}
     return {name: round(1e3 * s, 2) for name, s in totals.most_common(top)}
@@ -193,9 +194,7 @@ def main(argv):
     args = parse_args(argv)
     if args.child:
         return child(args)
-    import benchlib
-
-    benchlib.print_start()
+    harness.print_start()
     packages = [item.split("=", 1) for item in args.packages.split(",") if item]
     packages.append(("current", ""))
     variants = [item.split("=", 1) for item in args.variants.split(";") if item]
@@ -216,43 +215,47 @@ def main(argv):
             flags.append("--op_stats")
         if args.noise_ops:
             flags.append("--noise_ops")
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE) if p)}
-        out, _ = benchlib.run_python([__file__, "--child", *flags], env=env)
-        results[config].append(benchlib.last_json(out))
+        # DIR first, then this folder (benchkit), then the parent's own path (the
+        # "current" package is the one this process would import).
+        inherited = os.environ.get("PYTHONPATH", "")
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (path, HERE, inherited) if p)}
+        out, _ = harness.run_python([__file__, "--child", *flags], env=env)
+        results[config].append(harness.last_json(out))
 
-    benchlib.interleave(configs, args.rounds, run_one, label="bench_step")
-    print(benchlib.environment())
+    harness.interleave(configs, args.rounds, run_one, label="bench_step")
     report(configs, results)
 
 
 def report(configs, results):
-    import benchlib
-
-    base = [r["tokens_per_second"] for r in results[configs[0]]]
-    summary = {}
+    """The harness's table of tokens/s (ratio to the first config), then each
+    config's op table and noise-scale share when they were asked for."""
+    labels = {config: f"{config[0]} {config[2]}" for config in configs}
+    measured = {
+        labels[c]: [r["tokens_per_second"] for r in results[c]] for c in configs
+    }
+    baseline = labels[configs[0]]
+    rows = harness.summary_rows(measured, baseline)
+    title = "Train step throughput, non-pad target tokens per second"
+    harness.print_table(title, rows, "tokens/s", baseline)
+    summary = {
+        row["config"]: {
+            "tokens_per_second": row["rounds"],
+            "median_ratio": row["ratio"],
+        }
+        for row in rows
+    }
     for config in configs:
-        label = f"{config[0]} {config[2]}"
-        values = [r["tokens_per_second"] for r in results[config]]
-        ratio = benchlib.median_ratio(values, base)
-        print(
-            f"{label:<20} tokens/s per round "
-            + " ".join(f"{v:7.0f}" for v in values)
-            + f"   median ratio to {configs[0][0]} {configs[0][2]}: {ratio:.3f}"
-        )
-        stats = results[config][0].get("op_stats_ms")
-        if stats:
-            print(
-                "   op self ms/micro-step: "
-                + ", ".join(f"{k} {v}" for k, v in stats.items())
-            )
-        summary[label] = {"tokens_per_second": values, "median_ratio": ratio}
-        if "noise_ops_ms" in results[config][0]:
+        label, first = labels[config], results[config][0]
+        if first.get("op_stats_ms"):
+            ops = ", ".join(f"{k} {v}" for k, v in first["op_stats_ms"].items())
+            print(f"{label}: op self ms/micro-step: {ops}")
+        if "noise_ops_ms" in first:
             shares = [
                 r["noise_ops_ms"] / r["ms_per_micro_step"] for r in results[config]
             ]
             share = sorted(shares)[len(shares) // 2]
             print(
-                "   noise-scale ops per micro-step: "
+                f"{label}: noise-scale ops per micro-step: "
                 + " ".join(f"{r['noise_ops_ms']:.1f} ms" for r in results[config])
                 + f" = {100 * share:.2f}% of the micro-step (median)"
             )

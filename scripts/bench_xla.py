@@ -33,7 +33,7 @@ configuration is built the trainer's way (build_training; same seed, same initia
 Compile time: the first pass over the list (tracing, XLA compiling once per bucket
 shape, oneDNN kernel set-up) minus a steady pass; reported per configuration. A
 second, untimed pass follows. Steady state: --rounds rounds, each one pass over the
-list per configuration, interleaved in a rotating order (scripts/benchlib.py), so
+list per configuration, interleaved in a rotating order (scripts/builds.py), so
 that other load on the machine hits all alike; target tokens/s (non-pad) are medians
 over rounds and ratios are medians of per-round ratios to `plain`. Break-even: the
 number of updates after which XLA's extra compile time is repaid by its faster steady
@@ -55,10 +55,10 @@ import statistics
 import sys
 import time
 
-import benchlib
 import keras
 import numpy as np
 import tensorflow as tf
+from benchkit import builds, harness
 
 from t2t_lite.data.pipeline import (
     batches_from_hparams,
@@ -174,7 +174,7 @@ def padded_elements(batches):
 
 
 def build(hp, vocab_size, seed, jit_compile):
-    """build_training after seeding, as benchlib.build_seeded_run does (plus jit_compile)."""
+    """build_training after seeding, as builds.build_seeded_run does (plus jit_compile)."""
     keras.utils.set_random_seed(seed)
     return build_training(
         hp, vocab_size=vocab_size, train_steps=10**6, jit_compile=jit_compile
@@ -197,15 +197,15 @@ def measure(setup, args):
         overrides = TRANSLATION_OVERRIDES
         if setup == "translation_nodropout":
             overrides += "," + NO_DROPOUT
-        hp = benchlib.hparams("transformer_base", overrides)
+        hp = builds.hparams("transformer_base", overrides)
         vocab_size = args.vocab_size
     else:
-        hp = benchlib.hparams("transformer_tiny_fake_gpu4")
+        hp = builds.hparams("transformer_tiny_fake_gpu4")
         vocab_size = None
     n = accumulate_steps(hp)
     count = -(-(args.num_batches or DEFAULT_BATCHES[setup]) // n) * n
     lists = draw_batches(setup, hp, count, args)
-    tokens = sum(benchlib.non_pad_tokens(b) for b in lists[False])
+    tokens = sum(builds.non_pad_tokens(b) for b in lists[False])
     if vocab_size is None:
         problem = PROBLEMS.get("algorithmic_reverse")()
         problem.load(None)
@@ -226,7 +226,7 @@ def measure(setup, args):
         start = (round_index + 2) * count
         steady[name].append(one_pass(runs[name], lists[pad], start))
 
-    benchlib.interleave(CONFIGS, args.rounds, run_one, label=setup)
+    harness.interleave(CONFIGS, args.rounds, run_one, label=setup)
     return summarize(setup, hp, n, count, tokens, lists, first, steady)
 
 
@@ -252,11 +252,11 @@ def summarize(setup, hp, n, count, tokens, lists, first, steady):
             "seconds_per_update": median[name] / updates_per_pass,
             "first_pass_s": first[name],
             "compile_s": first[name] - median[name],
-            "tokens_per_s_ratio_to_plain": benchlib.median_ratio(
+            "tokens_per_s_ratio_to_plain": harness.median_ratio(
                 [tokens / t for t in steady[name]],
                 [tokens / t for t in steady["plain"]],
             ),
-            "spread_pct": benchlib.spread(steady[name]),
+            "spread_pct": harness.spread(steady[name]),
             "tokens_per_s_rounds": [tokens / t for t in steady[name]],
         }
     configs = result["configs"]
@@ -321,12 +321,12 @@ def print_report(r):
 
 def main(argv):
     args = parse_args(argv)
-    benchlib.print_start()
+    harness.print_start()
     results = [measure(setup, args) for setup in args.setups]
-    print("\n" + benchlib.environment())
+    print("\n" + harness.environment())
     for result in results:
         print_report(result)
-    print(json.dumps({"environment": benchlib.environment(), "results": results}))
+    print(json.dumps({"environment": harness.environment(), "results": results}))
 
 
 if __name__ == "__main__":

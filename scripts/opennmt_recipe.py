@@ -12,7 +12,7 @@ train` (OpenNMT-tf 2.32 in bench_peers' venv) pinned to --core, auto_config unto
 config adds only data paths, model_dir, a max_step out of reach, a log line and a
 checkpoint every update.
 
-The clock is t2t_lite's (recipelib.ClockMarks): training time runs from the first
+The clock is t2t_lite's (benchkit/recipes/runs.py's ClockMarks): training time runs from the first
 update's log line (start-up excluded; that update, which traces, counts as long as
 the second), checkpoint writes off it (each "Saved checkpoint" line's time after its
 update's line). At each of --marks
@@ -26,7 +26,7 @@ OpenNMT's own, unsmoothed) and greedy translations of --bleu_sentences dev sente
 plus beam 4 with length penalty 0.6 (bench_recipes' final decode) at the last mark,
 scored by t2t_lite's sacrebleu BLEU against the raw dev target.
 
-Output: WORK_DIR/result.json in recipelib's format (recipe "opennmt_auto") and a
+Output: WORK_DIR/result.json in bench_recipes' run format (recipe "opennmt_auto") and a
 table; with --compare_with (a bench_recipes --work_dir with the same marks) its
 report with this run added, also in WORK_DIR/report.md. Bad input: one line, exit 2.
 
@@ -43,8 +43,8 @@ import statistics
 import subprocess
 import sys
 
-import opennmt_driver as onmt
-import recipe_report
+from benchkit.peers import opennmt as onmt
+from benchkit.recipes import report as recipe_report
 
 RECIPE = "opennmt_auto"
 DATA = "translate_parallel_text"
@@ -262,7 +262,7 @@ def train(args, model_path, config_path, log_path):
 
 
 def mark_records(clock, facts):
-    """(recipelib's mark records, their checkpoints): at each mark the newest
+    """(bench_recipes' mark records, their checkpoints): at each mark the newest
     checkpoint saved at or before it. Micro-steps and tokens per update (padding
     included, planned, as t2t_lite counts them) from onmt-main's log."""
     updates = [clock.updates[step] for step in sorted(clock.updates)]

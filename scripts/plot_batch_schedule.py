@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 
-from plot_fake_gpu import ROOT, _cli
+from benchkit.harness import ROOT, run_t2t
 
 PROBLEM = "translate_numbers_en_fr"
 
@@ -44,7 +44,7 @@ def main():
 
     data_dir = os.path.join(args.work_dir, "data")
     if not os.path.isdir(data_dir):
-        _cli("datagen", f"--problem={PROBLEM}", f"--data_dir={data_dir}")
+        run_t2t("datagen", f"--problem={PROBLEM}", f"--data_dir={data_dir}")
     runs = [
         ("fixed", "fixed: 2048 tokens/update (n=4)", ""),
         (
@@ -61,7 +61,7 @@ def main():
         if os.path.isdir(path):
             shutil.rmtree(path)  # a finished run would only re-evaluate
         started = time.time()
-        _cli(
+        run_t2t(
             "trainer",
             f"--problem={PROBLEM}",
             f"--data_dir={data_dir}",
@@ -77,7 +77,7 @@ def main():
         )
         print(f"{name}: {time.time() - started:.0f} s")
     print(
-        _cli(
+        run_t2t(
             "plot",
             f"--output_dir={','.join(os.path.join(args.work_dir, r[0]) for r in runs)}",
             f"--labels={','.join(r[1] for r in runs)}",

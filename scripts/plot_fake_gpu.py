@@ -31,11 +31,10 @@ docs/curves.md shows).
 import argparse
 import os
 import shutil
-import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchkit.harness import ROOT, run_t2t
+
 # One length bucket (min_length_bucket = max_length = 16 > the problem's 12 symbols
 # + EOS): a batch of 8b tokens and 8 micro-batches of b then hold the same mix of
 # sequence lengths. With T2T's length buckets a big batch is all one length while the
@@ -58,26 +57,10 @@ def _runs(args):
     ]
 
 
-def _cli(module, *flags, log=None):
-    """Runs `python -m t2t_lite.bin.<module> flags` (works before `pip install`
-    has made the console scripts), its stderr kept in `log`; stops the script if
-    it fails."""
-    command = [sys.executable, "-m", f"t2t_lite.bin.{module}", *flags]
-    result = subprocess.run(
-        command, check=False, cwd=ROOT, capture_output=True, text=True
-    )
-    if log:
-        with open(log, "w") as f:
-            f.write(result.stderr)
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
-    return result.stdout
-
-
 def train(args, name, batch_size, n):
     """Trains one run for args.updates updates; returns its seconds."""
     started = time.time()
-    _cli(
+    run_t2t(
         "trainer",
         "--problem=algorithmic_reverse",
         "--model=transformer",
@@ -121,7 +104,7 @@ def main():
         seconds = train(args, name, batch_size, n)
         print(f"{name}: {n * args.updates} micro-steps in {seconds:.0f} s", flush=True)
     print(
-        _cli(
+        run_t2t(
             "plot",
             "--output_dir=" + ",".join(os.path.join(args.work_dir, r[0]) for r in runs),
             "--labels=" + ",".join(r[1] for r in runs),

@@ -1,24 +1,21 @@
 """Profile: where the wall time of a t2t-trainer run goes, per micro-step.
 
-Runs the real training loop, t2t_lite.training.loop.trainer.Trainer.train(), unmodified, with
-a TrainerOptions like configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on
-algorithmic_reverse, 2000 micro-steps, save and eval every 500) in a temporary
-output_dir, and times its parts through the Trainer's timing callbacks (`on_input`,
-`on_step`, `on_save`, `on_evaluate`; nothing is patched):
+Runs the real training loop, Trainer.train(), unmodified, with TrainerOptions like
+configs/quickstart_reverse.flags (transformer_tiny_fake_gpu4 on algorithmic_reverse,
+2000 micro-steps, save and eval every 500) in a temporary output_dir; times its parts
+through the Trainer's callbacks (`on_input`, `on_step`, `on_save`, `on_evaluate`):
 
   start-up        Trainer construction: problem data, model, optimizer, TrainStep
   first input     the first wait for a training batch (fills the shuffle buffer)
   trace accumulate / trace update
                   the first call of TrainStep.accumulate / accumulate_and_update
-                  (tf.function tracing); which function a step called is known from
-                  the step index (TrainStep.is_update_micro_step)
+                  (tf.function tracing), told apart by is_update_micro_step
   input wait      the other waits for the next training batch
   step accumulate / step update
                   the other step calls: Python dispatch + the compiled step
   save / evaluate checkpoint writes and dev-set evaluations, the first apart
-  loop rest       train() wall time minus all of the above: iterator creation, the
-                  restore attempt, the throughput meter, log lines (with their
-                  skipped-update check and TensorBoard writes), the Python loop
+  loop rest       train() wall time minus all of the above: iterators, restore,
+                  meter, log lines, TensorBoard writes, the Python loop
 
 Then micro-measurements put the per-micro-step numbers in context: the step fed by the
 live pipeline vs the same batches from memory, float() on a step output (the cost of
@@ -29,14 +26,12 @@ the TF profiler.
 
 --profiler=pyinstrument (pip install pyinstrument; not a t2t_lite dependency) or
 --profiler=cprofile additionally profiles the train() call and prints the call tree or
-the top functions. To try a candidate fix, copy the package outside the repository,
-edit the copy and run this script with PYTHONPATH pointing at the copy; the script
-prints which t2t_lite it imported.
+the top functions. To try a fix, run with PYTHONPATH at an edited copy of the
+package (the script prints which t2t_lite it imported).
 
 Run (from the repository root; ~2 min on 2 idle cores):
 
-  python scripts/profile_train_step.py
-  python scripts/profile_train_step.py --profiler=pyinstrument
+  python scripts/profile_train_step.py [--profiler=pyinstrument]
   python scripts/profile_train_step.py --train_steps=400 --save_checkpoints_steps=200 \\
       --local_eval_frequency=200
 """
@@ -50,9 +45,9 @@ import sys
 import tempfile
 import time
 
-import benchlib
 import tensorflow as tf
 from absl import logging
+from benchkit import builds, harness, profiler
 
 import t2t_lite
 from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
@@ -62,41 +57,34 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--problem", default="algorithmic_reverse")
-    p.add_argument("--hparams_set", default="transformer_tiny_fake_gpu4")
-    p.add_argument("--hparams", default="")
-    p.add_argument("--train_steps", type=int, default=2000)
-    p.add_argument("--save_checkpoints_steps", type=int, default=500)
-    p.add_argument("--local_eval_frequency", type=int, default=500)
-    p.add_argument("--eval_steps", type=int, default=0)
-    p.add_argument("--log_steps", type=int, default=250)
-    p.add_argument(
-        "--output_dir",
-        default="",
-        help="Default: a temporary directory, deleted at the end.",
+    add = p.add_argument
+    add("--problem", default="algorithmic_reverse")
+    add("--hparams_set", default="transformer_tiny_fake_gpu4")
+    add("--hparams", default="")
+    add("--train_steps", type=int, default=2000)
+    add("--save_checkpoints_steps", type=int, default=500)
+    add("--local_eval_frequency", type=int, default=500)
+    add("--eval_steps", type=int, default=0)
+    add("--log_steps", type=int, default=250)
+    add(
+        "--output_dir", default="", help="Default: a temporary dir, deleted at the end."
     )
-    p.add_argument(
-        "--profiler", choices=("none", "pyinstrument", "cprofile"), default="none"
-    )
-    p.add_argument(
-        "--profile_out",
-        default="",
-        help="pyinstrument: also write an HTML report here.",
-    )
-    p.add_argument(
+    add("--profiler", choices=("none", "pyinstrument", "cprofile"), default="none")
+    add("--profile_out", default="", help="pyinstrument: also write an HTML report.")
+    add(
         "--op_stats_steps",
         type=int,
         default=40,
         help="Step calls traced by the TF profiler for the op-type table; 0: skip.",
     )
-    p.add_argument(
+    add(
         "--interference_chunk",
         type=int,
         default=40,
         help="Micro-steps per chunk of the live-pipeline vs in-memory comparison "
         "(a multiple of n keeps the accumulate/update mix equal).",
     )
-    p.add_argument(
+    add(
         "--pipeline_batches",
         type=int,
         default=500,
@@ -149,7 +137,7 @@ class PhaseTimer:
 
 
 def make_trainer(args, output_dir, timer):
-    hp = benchlib.hparams(args.hparams_set, args.hparams)
+    hp = builds.hparams(args.hparams_set, args.hparams)
     config = TrainerOptions(
         problem=args.problem,
         model="transformer",
@@ -237,7 +225,7 @@ def dispatch_cost(batch):
     """Seconds to call a tf.function with the step's signature and an empty body."""
     empty = tf.function(
         lambda b: {"loss_sum": tf.constant(0.0), "tokens": tf.constant(0.0)},
-        input_signature=benchlib.batch_signature(),
+        input_signature=builds.batch_signature(),
     )
     empty(batch)
     return _median_call_seconds(lambda: empty(batch), 2000)
@@ -257,13 +245,16 @@ def pipeline_interference(trainer, chunks, chunk_steps, start_step):
                 if source == "live":
                     consumed.append(next(iterator))
                 t0 = time.perf_counter()
-                trainer.step.train_on(
-                    consumed[i], trainer.step.is_update_micro_step(step)
-                )
+                micro_step(trainer, consumed[i], step)
                 if chunk:
                     times[source].append(time.perf_counter() - t0)
                 step += 1
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def micro_step(trainer, batch, step):
+    """Micro-step `step` of the trainer's fixed-n run (updates when it closes a window)."""
+    return trainer.step.train_on(batch, trainer.step.is_update_micro_step(step))
 
 
 def op_type_stats(trainer, steps, start_step):
@@ -274,30 +265,13 @@ def op_type_stats(trainer, steps, start_step):
     batches = [next(iterator) for _ in range(steps)]
     del iterator
     for i, batch in enumerate(batches):  # warm up on these shapes
-        trainer.step.train_on(batch, trainer.step.is_update_micro_step(start_step + i))
+        micro_step(trainer, batch, start_step + i)
 
     def run_steps():
         for i, batch in enumerate(batches):
-            trainer.step.train_on(
-                batch, trainer.step.is_update_micro_step(start_step + steps + i)
-            )
+            micro_step(trainer, batch, start_step + steps + i)
 
-    return benchlib.op_type_stats(run_steps, steps)
-
-
-def print_op_stats(totals, top=12):
-    busy = sum(v for k, v in totals.items() if k != "IDLE")
-    print(
-        f"\nTF op self time per micro-step, summed over threads (profiler on): "
-        f"{1e3 * busy:.1f} ms busy, {1e3 * totals.get('IDLE', 0.0):.1f} ms IDLE"
-    )
-    for name, seconds in totals.most_common():
-        if name == "IDLE":
-            continue
-        if top <= 0:
-            break
-        top -= 1
-        print(f"  {name:<28} {1e3 * seconds:7.2f} ms {100 * seconds / busy:5.1f}%")
+    return profiler.op_type_stats(run_steps, steps)
 
 
 def pipeline_alone(trainer, batches):
@@ -315,7 +289,8 @@ def pipeline_alone(trainer, batches):
 # --- report --------------------------------------------------------------------------
 
 
-def report(timer, args, extras):
+def report(timer, args):
+    """The time of each part of the loop (PhaseTimer), per call and per micro-step."""
     steps = args.train_steps
     loop = timer.total("train()")
     parts = [
@@ -342,8 +317,13 @@ def report(timer, args, extras):
     total = timer.total("start-up") + loop
     print(
         f"\n{steps} micro-steps, {args.hparams_set} on {args.problem}; "
-        f"{benchlib.environment()}"
+        f"{harness.environment()}"
     )
+    print_phases(rows, steps, total)
+
+
+def print_phases(rows, steps, total):
+    """The table of where the time went: (name, seconds, calls) rows."""
     header = (
         f"{'part':<22} {'calls':>6} {'total s':>8} {'ms/call':>9} "
         f"{'ms/micro-step':>13} {'share':>6}"
@@ -361,6 +341,9 @@ def report(timer, args, extras):
         f"{'total (start-up+train)':<22} {'':>6} {total:>8.2f} {'':>9} "
         f"{1e3 * total / steps:>13.3f} 100.0%"
     )
+
+
+def print_micro_measurements(extras):
     live, memory = extras["interference"]["live"], extras["interference"]["memory"]
     print("\nmicro-measurements:")
     print(
@@ -399,14 +382,15 @@ def main(argv=None):
             "dispatch": dispatch_cost(batch),
             "pipeline": pipeline_alone(trainer, args.pipeline_batches),
         }
-        report(timer, args, extras)
+        report(timer, args)
+        print_micro_measurements(extras)
         if args.op_stats_steps > 0:
             start = args.train_steps + 12 * args.interference_chunk
             totals = op_type_stats(trainer, args.op_stats_steps, start)
             if totals is None:
                 print("\nno TF op table: this TF has no xspace converter")
             else:
-                print_op_stats(totals)
+                profiler.print_op_type_stats(totals)
     finally:
         if not args.output_dir:
             shutil.rmtree(output_dir, ignore_errors=True)

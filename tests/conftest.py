@@ -145,7 +145,7 @@ def shared_across_workers(tmp_path_factory, config, name, make):
 def numbers_run(tmp_path_factory, pytestconfig):
     """translate_numbers_en_fr (3000 training pairs, 200 dev) and transformer_tiny
     trained 300 steps with BLEU on 100 dev sentences at steps 150 and 300 (~20 s
-    alone, ~60 s on a busy machine; scripts/benchlib.py trains the same for the
+    alone, ~60 s on a busy machine; scripts/benchkit/builds.py trains the same for the
     benchmarks). It reaches BLEU ~98: enough to tell a working decoder from a broken one.
     Trained once for all pytest-xdist workers; tests only read it."""
     made = shared_across_workers(

@@ -1,4 +1,5 @@
-"""scripts/bench_peers.py: its pieces on made-up input, and `--smoke` end to end.
+"""scripts/bench_peers.py: its pieces (in scripts/benchkit/) on made-up input, and
+`--smoke` end to end.
 
 Nothing here times anything: the smoke run only has to produce a complete, consistent
 report (every configuration measured or given a reason), whatever the machine's load.
@@ -9,14 +10,18 @@ import os
 import subprocess
 import sys
 
-# These tests exercise the benchmark scripts themselves; scripts/ is not a package.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-import bench_peers
-import benchlib
+# These tests exercise the benchmark scripts themselves: scripts/ holds the benchkit
+# package they are made of.
+SCRIPTS = os.path.join(os.path.dirname(__file__), os.pardir, "scripts")
+sys.path.insert(0, SCRIPTS)
 import numpy as np
 import pytest
+from benchkit import harness
+from benchkit.flops import training_flops
+from benchkit.peers import corpus, opennmt
+from benchkit.peers.results import ALL_CONFIGS, PEERS
 
-SCRIPT = os.path.join(os.path.dirname(bench_peers.__file__), "bench_peers.py")
+SCRIPT = os.path.join(SCRIPTS, "bench_peers.py")
 
 ONMT_LOG = """\
 2026-11-30 23:25:30.378000: I runner.py:310] Number of model parameters: 28170
@@ -28,17 +33,17 @@ ONMT_LOG = """\
 
 
 def test_parse_opennmt_log_weights_target_rates_by_update_time():
-    out = bench_peers.parse_opennmt_log(ONMT_LOG, warmup=2)
+    out = opennmt.parse_opennmt_log(ONMT_LOG, warmup=2)
     # Update 3: 1100 tokens/s for 2 s; update 4: 600 tokens/s for 4 s.
     assert out["seconds"] == pytest.approx(6.0)
     assert out["tokens"] == pytest.approx(1100 * 2 + 600 * 4)
     assert out["params"] == 28170
     with pytest.raises(RuntimeError, match="no per-update"):
-        bench_peers.parse_opennmt_log(ONMT_LOG, warmup=4)
+        opennmt.parse_opennmt_log(ONMT_LOG, warmup=4)
 
 
 def test_yaml_text_gives_exponents_a_mantissa_dot():
-    text = bench_peers.yaml_text({"epsilon": 1e-9, "name": "w1e5", "steps": 10**7})
+    text = opennmt.yaml_text({"epsilon": 1e-9, "name": "w1e5", "steps": 10**7})
     assert '"epsilon": 1.0e-09' in text
     assert '"w1e5"' in text and '"steps": 10000000' in text
 
@@ -46,7 +51,7 @@ def test_yaml_text_gives_exponents_a_mantissa_dot():
 def test_training_flops_is_six_n_per_token_without_attention():
     spec = {"hidden_size": 8, "filter_size": 32, "vocab_size": 50, "num_layers": 2}
     batch = {"inputs": np.array([[5, 1]]), "targets": np.array([[7, 1]])}
-    flops, tokens = bench_peers.training_flops([batch], spec)
+    flops, tokens = training_flops([batch], spec)
     d, f, v, n, length = 8, 32, 50, 2, 2
     parameters = n * (4 * d * d + 2 * d * f) + n * (8 * d * d + 2 * d * f) + d * v
     attention = 3 * 4 * d * n * 3 * length**2
@@ -55,7 +60,7 @@ def test_training_flops_is_six_n_per_token_without_attention():
 
 
 def test_synthetic_pairs_lengths_and_ids():
-    pairs = bench_peers.synthetic_pairs(2000, 100, 25.0, 60, seed=3)
+    pairs = corpus.synthetic_pairs(2000, 100, 25.0, 60, seed=3)
     lengths = np.array([len(s) - 1 for s, _ in pairs])
     assert lengths.min() >= 1 and lengths.max() <= 60
     assert 20 < lengths.mean() < 30
@@ -78,7 +83,7 @@ def test_smoke_reports_every_config(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     configs = report["configs"]
-    assert set(configs) == set(bench_peers.ALL_CONFIGS)
+    assert set(configs) == set(ALL_CONFIGS)
     for name in ("t2t_f32", "keras_f32", "keras_bf16"):
         assert configs[name]["status"] == "measured", configs[name]
         assert configs[name]["tokens_per_s"] > 0
@@ -102,13 +107,13 @@ def _check_ratios(report, configs):
         f"{mine}/{peer}"
         for mine in measured
         if mine.startswith("t2t")
-        for peer in measured & set(bench_peers.PEERS)
+        for peer in measured & set(PEERS)
     }
     assert set(report["ratios"]) == expected
     for pair, value in report["ratios"].items():
         mine, peer = pair.split("/")
         assert value == pytest.approx(
-            benchlib.median_ratio(
+            harness.median_ratio(
                 configs[mine]["tokens_per_s_rounds"],
                 configs[peer]["tokens_per_s_rounds"],
             )

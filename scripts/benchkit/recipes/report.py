@@ -1,4 +1,4 @@
-"""The report of scripts/bench_recipes.py: from the runs' results (recipelib.run) to
+"""The report of scripts/bench_recipes.py: from the runs' results (recipes/runs.py's run) to
 the summary, the Markdown tables and the figure. Plain Python and matplotlib, no
 TensorFlow, so that it can be tested on made-up results.
 

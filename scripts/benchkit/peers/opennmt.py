@@ -1,7 +1,7 @@
-"""What the scripts that drive OpenNMT-tf share (bench_peers.py, opennmt_recipe.py):
-its virtual environment, the model file, the YAML writer, the reading of
-`onmt-main`'s log and a run that follows that log line by line and is stopped when
-its reader says so.
+"""The OpenNMT-tf peer (bench_peers.py, bench_fit.py, opennmt_recipe.py): its virtual
+environment, the model file, the YAML writer, the reading of `onmt-main`'s log, a run
+that follows that log line by line and is stopped when its reader says so, and
+bench_peers' timed run (`run_opennmt`).
 
 OpenNMT-tf 2.32 needs TensorFlow 2.12, so it lives in a virtual environment of its
 own (`setup_opennmt`) and is only ever run as a subprocess (`onmt-main`, or a script
@@ -137,3 +137,100 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()  # the name may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- bench_peers: one timed onmt-main run ------------------------------------------
+
+
+def opennmt_config(spec, paths, model_dir, max_step):
+    """onmt-main's YAML config (written as JSON, which YAML reads)."""
+    return {
+        "model_dir": model_dir,
+        "data": {
+            "train_features_file": paths["src"],
+            "train_labels_file": paths["tgt"],
+            "source_vocabulary": paths["vocab"],
+            "target_vocabulary": paths["vocab"],
+        },
+        "params": {
+            "optimizer": "Adam",
+            "optimizer_params": {"beta_1": 0.9, "beta_2": 0.997, "epsilon": 1e-9},
+            "learning_rate": 2.0,
+            "decay_type": "NoamDecay",
+            "decay_params": {"model_dim": spec["hidden_size"], "warmup_steps": 8000},
+            "label_smoothing": spec["label_smoothing"],
+            "average_loss_in_time": True,
+        },
+        "train": {
+            "batch_type": "tokens",
+            "batch_size": spec["batch_size"],
+            "effective_batch_size": spec["batch_size"] * spec["accumulate_steps"],
+            "length_bucket_width": 1,
+            "maximum_features_length": spec["max_tokens"],
+            "maximum_labels_length": spec["max_tokens"],
+            "max_step": max_step,
+            "save_summary_steps": 1,
+            "save_checkpoints_steps": 10**7,
+            "keep_checkpoint_max": 1,
+        },
+    }
+
+
+def parse_opennmt_log(text, warmup):
+    """{"tokens", "seconds", "params"} of the updates after `warmup`, from onmt-main's
+    per-update lines ("Step = k ; ... tokens/s = ... (S source, T target)"): T is the
+    target tokens/s of update k alone, so update k trained T x (time of line k - time
+    of line k-1) target tokens."""
+    times, rates = {}, {}
+    for line in text.splitlines():
+        match = STEP_LINE.search(line)
+        if match:
+            stamp = log_time(match[1])
+            times[int(match[2])], rates[int(match[2])] = stamp, int(match[3])
+    timed = [k for k in sorted(times) if k > warmup and k - 1 in times]
+    if not timed:
+        raise RuntimeError("no per-update 'Step = ...' lines after warmup in its log")
+    seconds = [(times[k] - times[k - 1]).total_seconds() for k in timed]
+    params = re.search(r"Number of model parameters: (\d+)", text)
+    return {
+        "tokens": sum(rates[k] * s for k, s in zip(timed, seconds)),
+        "seconds": sum(seconds),
+        "updates": len(timed),
+        "params": int(params[1]) if params else None,
+    }
+
+
+def run_opennmt(spec, paths, run_dir, venv, warmup, updates):
+    """One fresh `onmt-main train` of `warmup` + `updates` updates in `run_dir`; its
+    timed part (parse_opennmt_log)."""
+    os.makedirs(run_dir, exist_ok=True)
+    model_path = os.path.join(run_dir, "transformer_model.py")
+    with open(model_path, "w") as f:
+        f.write(OPENNMT_MODEL.format(**spec))
+    config_path = os.path.join(run_dir, "config.yml")
+    max_step = warmup + updates
+    config = opennmt_config(spec, paths, os.path.join(run_dir, "model"), max_step)
+    with open(config_path, "w") as f:
+        f.write(yaml_text(config))
+    result = subprocess.run(
+        [
+            opennmt_main(venv),
+            "--model",
+            model_path,
+            "--config",
+            config_path,
+            "--seed",
+            str(spec["seed"]),
+            "train",
+        ],
+        capture_output=True,
+        text=True,
+        env=opennmt_env(),
+        check=False,
+    )
+    with open(os.path.join(run_dir, "onmt-main.log"), "w") as f:
+        f.write(result.stderr)
+    if result.returncode:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"onmt-main exited with {result.returncode}: {tail}"[:400])
+    return parse_opennmt_log(result.stderr, warmup)

@@ -2,11 +2,11 @@
 child processes each pinned to its core) and what each child does: train for a
 time budget, then evaluate the weights saved at the budget's marks.
 
-`prepare_data(args)` makes the data directory once with t2t-datagen. `run_group(specs)`
-starts one child per job spec (a dict, see bench_recipes.job_spec) with
-`taskset -c CORE python scripts/recipelib.py SPEC.json`, waits for all of them and
-returns their results. In the child, `run(spec)` returns the result (a dict, written
-next to the spec as result.json):
+`prepare_data(args)` makes the data directory once with t2t-datagen.
+`run_group(specs, script)` starts one child per job spec (a dict, see
+bench_recipes.job_spec) with `taskset -c CORE python SCRIPT --child=SPEC.json`, waits
+for all of them and returns their results. In the child, `child_main(path)` runs
+`run(spec)` and writes its result (a dict) next to the spec as result.json:
 
 - Training is t2t_lite's own loop, `Trainer(TrainerOptions(...), hp).train()`, with one
   extra hook, `ClockMarks`. Its clock (wall time, or the process's CPU time with
@@ -265,9 +265,10 @@ def prepare_data(args):
     return problem, data_dir
 
 
-def run_group(specs):
-    """Runs one child per spec, all at once, each pinned to its spec["core"];
-    prints a line per child as it ends; returns their results in spec order."""
+def run_group(specs, script):
+    """Runs one child per spec (`script --child=SPEC`), all at once, each pinned to
+    its spec["core"]; prints a line per child as it ends; returns their results in
+    spec order."""
     started = time.time()
     for spec in specs:
         filler = " (filler)" if spec["filler"] else ""
@@ -275,7 +276,7 @@ def run_group(specs):
             f"  {spec['recipe']} seed {spec['seed']}{filler} on core {spec['core']}",
             flush=True,
         )
-    processes = [start(spec) for spec in specs]
+    processes = [start(spec, script) for spec in specs]
     results = []
     for spec, process in zip(specs, processes):
         result = finish(spec, process)
@@ -288,7 +289,7 @@ def run_group(specs):
     return results
 
 
-def start(spec):
+def start(spec, script):
     """The child process of one job, pinned to its core, its output in child.log."""
     if os.path.isdir(spec["dir"]):
         shutil.rmtree(spec["dir"])  # an old run would resume instead of training
@@ -296,7 +297,8 @@ def start(spec):
     path = os.path.join(spec["dir"], "spec.json")
     with open(path, "w") as f:
         json.dump(spec, f, indent=1)
-    command = ["taskset", "-c", str(spec["core"]), sys.executable, __file__, path]
+    command = ["taskset", "-c", str(spec["core"]), sys.executable, script]
+    command.append(f"--child={path}")
     with open(os.path.join(spec["dir"], "child.log"), "w") as log:  # the child's copy
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
@@ -327,11 +329,12 @@ def failed(recipe, hparams, error, seed=None, core=None):
     }
 
 
-if __name__ == "__main__":  # a child: python scripts/recipelib.py SPEC.json
+def child_main(spec_path):
+    """A child: runs the job of `spec_path` and writes its result.json beside it."""
     from absl import logging
 
     logging.set_verbosity(logging.INFO)  # the step lines, in child.log
-    with open(sys.argv[1]) as spec_file:
+    with open(spec_path) as spec_file:
         job = json.load(spec_file)
     with open(os.path.join(job["dir"], "result.json"), "w") as result_file:
         json.dump(run(job), result_file, indent=1)

@@ -1,0 +1,54 @@
+"""The TF profiler's time per op type, for bench_step.py and profile_train_step.py."""
+
+import collections
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+
+def op_type_stats(run_steps, steps):
+    """{op type: self seconds per step} while `run_steps()` runs `steps` steps under
+    the TF profiler, or None if this TF has no xspace converter (it is TF's internal
+    one: the TensorBoard profile plugin is not installed). Warm up before calling."""
+    try:
+        from tensorflow.python.profiler.internal import (
+            _pywrap_profiler_plugin as plugin,
+        )
+    except ImportError:
+        return None
+    logdir = tempfile.mkdtemp(prefix="t2t_tfprof_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        run_steps()
+        tf.profiler.experimental.stop()
+        paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        data, _ = plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    table = json.loads(data)[0]
+    ids = [c["id"] for c in table["cols"]]
+    totals = collections.Counter()
+    for row in table["rows"]:
+        cells = dict(zip(ids, [c.get("v") if c else None for c in row["c"]]))
+        totals[cells["type"]] += cells["total_self_time"] * 1e-6 / steps
+    return totals
+
+
+def print_op_type_stats(totals, top=12):
+    """The `top` op types of op_type_stats by self time, and the idle time."""
+    busy = sum(v for k, v in totals.items() if k != "IDLE")
+    print(
+        f"\nTF op self time per micro-step, summed over threads (profiler on): "
+        f"{1e3 * busy:.1f} ms busy, {1e3 * totals.get('IDLE', 0.0):.1f} ms IDLE"
+    )
+    for name, seconds in totals.most_common():
+        if name == "IDLE":
+            continue
+        if top <= 0:
+            break
+        top -= 1
+        print(f"  {name:<28} {1e3 * seconds:7.2f} ms {100 * seconds / busy:5.1f}%")
