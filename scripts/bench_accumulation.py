@@ -161,9 +161,11 @@ def describe_batches(batches, tokens):
 
 
 def t2t_config(hp, vocab_size, n, seed, train_steps):
-    """The trainer's own TrainStep (build_training), accumulating n micro-batches."""
+    """The trainer's own TrainStep (build_training), accumulating n micro-batches,
+    driven as the loop drives it."""
     hp = hp.override(optimizer_multistep_accumulate_steps=n)
-    return builds.build_seeded_run(hp, vocab_size, train_steps, seed).step
+    step = builds.build_seeded_run(hp, vocab_size, train_steps, seed).step
+    return lambda batch, i: step.train_on(batch, step.is_update_micro_step(i))
 
 
 def keras_config(hp, vocab_size, n, seed, train_steps):
