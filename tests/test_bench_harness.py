@@ -50,3 +50,22 @@ def test_rows_have_median_spread_and_ratio_to_the_baseline():
 def test_without_a_measured_baseline_there_is_no_ratio():
     (row,) = harness.summary_rows({"a": [1.0, 2.0]}, baseline="missing")
     assert row["ratio"] is None
+
+
+def test_extra_columns_show_floats_as_numbers_and_none_as_a_dash():
+    (row,) = harness.summary_rows({"a": [1.0]})
+    row.update(ms=12.3456, share=0.123456, n=8, codes="[0, 0]", bleu=None)
+    text = harness.markdown_table([row], "s", columns=("ms", "share", "n", "codes"))
+    assert text.splitlines()[2] == "| a | 1.00 | 0.0% | 12.3 | 0.123 | 8 | [0, 0] |"
+    assert harness.cell(None) == "-" and harness.cell(1234.5) == "1234"
+
+
+def test_a_table_of_single_measurements_says_so_in_its_note(capsys, monkeypatch):
+    monkeypatch.setattr(harness, "environment", lambda: "ENV")
+    rows = harness.summary_rows({"float32": [2.0], "bfloat16": [2.1]}, "float32")
+    harness.print_table("T", rows, "loss", "float32", note="one run each")
+    out = capsys.readouterr().out
+    assert "ENV\n\nT\n(one run each)\n" in out and "round(s)" not in out
+    assert "| bfloat16 | 2.10 | 0.0% | 1.050x |" in out
+    harness.print_table("T", rows, "loss", "float32")
+    assert "(1 round(s); spread" in capsys.readouterr().out

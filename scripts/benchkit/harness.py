@@ -128,9 +128,19 @@ def number(value, digits=None):
     return f"{value:.{digits}f}"
 
 
+def cell(value):
+    """An extra column's cell: a float as `number` shows it, None as "-", anything
+    else (a string, an int) as it is."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return number(value)
+    return str(value)
+
+
 def markdown_table(rows, unit, baseline=None, columns=()):
     """Rows as a markdown table: config, median `unit`, spread, ratio to `baseline`,
-    then `columns` (names of further keys of the rows, printed as they are)."""
+    then `columns` (names of further keys of the rows, shown by `cell`)."""
     head = ["config", f"median {unit}", "spread"]
     head += [f"× {baseline}"] if baseline else []
     head += list(columns)
@@ -144,19 +154,24 @@ def markdown_table(rows, unit, baseline=None, columns=()):
         if baseline:
             ratio = row["ratio"]
             cells.append("-" if ratio is None else f"{ratio:.3f}x")
-        cells += [str(row.get(c, "")) for c in columns]
+        cells += [cell(row[c]) if c in row else "" for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def print_table(title, rows, unit, baseline=None, columns=()):
-    """The context line, a title, and the table of `rows` (see markdown_table)."""
-    rounds = max((len(r.get("rounds", [])) for r in rows), default=0)
+def print_table(title, rows, unit, baseline=None, columns=(), note=None):
+    """The context line, a title, a note on what the numbers are, and the table of
+    `rows` (see markdown_table). The default note says how many rounds the medians
+    are over; a table whose values are not per-round measurements (one run each, or
+    repetitions that are not rounds) says so in its own `note`."""
+    if note is None:
+        rounds = max((len(r.get("rounds", [])) for r in rows), default=0)
+        note = (
+            f"{rounds} round(s); spread: (max - min) / median over rounds; "
+            "ratio: median of the per-round ratios"
+        )
     print(f"\n{environment()}\n\n{title}")
-    print(
-        f"({rounds} round(s); spread: (max - min) / median over rounds; "
-        "ratio: median of the per-round ratios)\n"
-    )
+    print(f"({note})\n")
     print(markdown_table(rows, unit, baseline, columns), flush=True)
 
 
