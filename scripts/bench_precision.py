@@ -4,7 +4,9 @@ Trains the built-in translate_numbers_en_fr model (builds.train_numbers_model:
 transformer_tiny, 3000 pairs) with each activation_dtype from the same seed for the
 same number of updates, each in a fresh child process, and compares the final dev loss
 (the goal for bfloat16: within 2% of float32), accuracy, BLEU, and the loss at the
-halfway evaluation. Prints a table and one JSON line.
+halfway evaluation. Prints the harness's table (one training run per dtype, final dev
+loss and its ratio to the first dtype's), each dtype's loss curve, and one JSON line;
+--json writes the rows.
 
   python scripts/bench_precision.py                   # 600 steps, ~3 min on 2 cores
   python scripts/bench_precision.py --train_steps=1200 --dtypes=float32,bfloat16
@@ -15,6 +17,8 @@ import json
 import os
 import sys
 import tempfile
+
+from benchkit import harness
 
 
 def child(dtype, train_steps):
@@ -34,11 +38,10 @@ def main(argv):
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--train_steps", type=int, default=600)
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    harness.add_json_flag(p)
     args = p.parse_args(argv)
     if args.child:
         return child(args.child, args.train_steps)
-    from benchkit import harness
-
     harness.print_start()
     results = {}
     for dtype in args.dtypes.split(","):
@@ -46,25 +49,42 @@ def main(argv):
             [__file__, f"--child={dtype}", f"--train_steps={args.train_steps}"]
         )
         results[dtype] = harness.last_json(out)
-    print(harness.environment())
-    reference = results[args.dtypes.split(",")[0]]["final"]["loss"]
+    report(args, results)
+
+
+def report(args, results):
+    """The harness's table of final dev losses (ratio to the first dtype's), with
+    accuracy, BLEU and updates; then each dtype's loss curve."""
+    baseline = args.dtypes.split(",")[0]
+    losses = {dtype: [r["final"]["loss"]] for dtype, r in results.items()}
+    rows = harness.summary_rows(losses, baseline)
     summary = {}
-    for dtype, result in results.items():
-        final, curve = result["final"], result["curve"]
-        ratio = final["loss"] / reference
-        print(
-            f"{dtype:<9} dev loss "
-            + " -> ".join(f"{r['loss']:.4f} (update {r['update_step']})" for r in curve)
-            + f"; final/first dtype {ratio:.4f}, accuracy {final['accuracy']:.4f}, "
-            f"BLEU {final.get('bleu', float('nan')):.2f}"
-        )
-        summary[dtype] = {
+    for row in rows:
+        final = results[row["config"]]["final"]
+        row["accuracy"] = final["accuracy"]
+        row["BLEU"] = final.get("bleu")
+        row["updates"] = final["update_step"]
+        summary[row["config"]] = {
             "final_loss": final["loss"],
-            "loss_ratio": ratio,
+            "loss_ratio": row["ratio"],
             "accuracy": final["accuracy"],
             "bleu": final.get("bleu"),
             "updates": final["update_step"],
         }
+    title = f"Final dev loss by activation dtype, translate_numbers_en_fr, {args.train_steps} steps"
+    note = (
+        "one training run per dtype, same seed; ratio: final loss / the first dtype's"
+    )
+    columns = ("accuracy", "BLEU", "updates")
+    harness.print_table(title, rows, "dev loss", baseline, columns, note=note)
+    for dtype, result in results.items():
+        curve = " -> ".join(
+            f"{r['loss']:.4f} (update {r['update_step']})" for r in result["curve"]
+        )
+        print(f"{dtype:<9} dev loss {curve}")
+    harness.write_json(
+        args.json, "bench_precision", rows, "dev loss", baseline, curves=results
+    )
     print(json.dumps(summary))
 
 
