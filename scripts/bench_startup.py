@@ -5,7 +5,10 @@ t2t_lite/graph.py) and with AutoGraph on, side by side.
 
 Each configuration runs in a fresh process, interleaved over rounds; the child
 prints one JSON line of seconds; "process" is its whole life (TensorFlow's
-import included), timed by the parent.
+import included), timed by the parent. The harness's table has a row per
+configuration: the median seconds of the three first calls (accumulate, update,
+evaluate) and their ratio to AutoGraph's, then each part's median; a line after it
+gives graph_function / autograph per part. --json writes the rows.
 
   python scripts/bench_startup.py --rounds=3
   python scripts/bench_startup.py --hparams_set=transformer_base --rounds=2
@@ -27,6 +30,7 @@ def parse(argv):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--hparams_set", default="transformer_test")
     p.add_argument("--config", default="", help=argparse.SUPPRESS)  # child mode
+    harness.add_json_flag(p)
     return p.parse_args(argv)
 
 
@@ -81,26 +85,43 @@ def main(argv):
         )
 
     harness.interleave(CONFIGS, args.rounds, run_one, label="startup")
-    keys = list(results[CONFIGS[0]][0])
-    print(f"\nmedian seconds over {args.rounds} rounds ({args.hparams_set}):")
-    print(f"{'':18}" + "".join(f"{c:>16}" for c in CONFIGS) + f"{'ratio':>8}")
-    for key in keys + ["first_calls"]:
-        values = {}
-        for config in CONFIGS:
-            rows = results[config]
-            if key == "first_calls":
-                per_round = [
-                    r["accumulate"] + r["update"] + r["evaluate"] for r in rows
-                ]
-            else:
-                per_round = [r[key] for r in rows]
-            values[config] = per_round
-        ratio = harness.median_ratio(values["graph_function"], values["autograph"])
-        print(
-            f"{key:18}"
-            + "".join(f"{statistics.median(values[c]):16.2f}" for c in CONFIGS)
-            + f"{ratio:8.2f}"
+    report(args, results)
+
+
+PARTS = ("build", "accumulate", "update", "evaluate", "accumulate_again", "process")
+
+
+def report(args, results):
+    """The harness's table: first calls' seconds per configuration (ratio to
+    AutoGraph's), each part's median as a column; then the per-part ratios."""
+    for runs in results.values():
+        for r in runs:
+            r["first_calls"] = r["accumulate"] + r["update"] + r["evaluate"]
+    seconds = {c: {k: [r[k] for r in results[c]] for k in PARTS} for c in CONFIGS}
+    first = {c: [r["first_calls"] for r in results[c]] for c in CONFIGS}
+    rows = harness.summary_rows(first, "autograph")
+    for row in rows:
+        for key in PARTS:
+            row[f"{key} s"] = statistics.median(seconds[row["config"]][key])
+    title = (
+        f"Start-up of a fresh process ({args.hparams_set}): seconds of the first "
+        "calls (accumulate + update + evaluate)"
+    )
+    columns = tuple(f"{key} s" for key in PARTS)
+    harness.print_table(title, rows, "s", "autograph", columns)
+    ratios = {
+        key: harness.median_ratio(
+            seconds["graph_function"][key], seconds["autograph"][key]
         )
+        for key in PARTS
+    }
+    print(
+        "graph_function / autograph per part (median of per-round ratios): "
+        + ", ".join(f"{key} {ratio:.2f}" for key, ratio in ratios.items())
+    )
+    harness.write_json(
+        args.json, "bench_startup", rows, "s", "autograph", part_ratios=ratios
+    )
     print(json.dumps({"results": results}))
 
 
