@@ -46,7 +46,10 @@ Run (from the repository root):
   python scripts/bench_xla.py                          # all setups, ~35 min, 2 cores
   python scripts/bench_xla.py --setups=quickstart      # ~4 min
 
-Prints a table per setup and, last, one JSON line with every number.
+Prints the harness's table per setup (target tokens/s, ratio to `plain`, with seconds
+per update, first pass and compile time) and, last, one JSON line with every number;
+--json writes the rows of every setup (config "SETUP CONFIG"; ratios are to the same
+setup's plain) and the setups' facts.
 """
 
 import argparse
@@ -94,6 +97,7 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=3, help="Steady-state rounds.")
     p.add_argument("--vocab_size", type=int, default=8000, help="Translation setup.")
     p.add_argument("--seed", type=int, default=1)
+    harness.add_json_flag(p)
     args = p.parse_args(argv)
     args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     unknown = [s for s in args.setups if s not in SETUPS]
@@ -231,8 +235,17 @@ def measure(setup, args):
 
 
 def summarize(setup, hp, n, count, tokens, lists, first, steady):
-    median = {name: statistics.median(times) for name, times in steady.items()}
+    """The setup's facts and its rows (harness.summary_rows of target tokens/s, ratio
+    to `plain`, with s/update, 1st pass s and compile s), then the break-even."""
     updates_per_pass = count // n
+    rows = harness.summary_rows(
+        {name: [tokens / t for t in times] for name, times in steady.items()}, "plain"
+    )
+    for row in rows:
+        median = statistics.median(steady[row["config"]])
+        row["s/update"] = median / updates_per_pass
+        row["1st pass s"] = first[row["config"]]
+        row["compile s"] = first[row["config"]] - median
     result = {
         "setup": setup,
         "batch_size": hp.batch_size,
@@ -244,64 +257,43 @@ def summarize(setup, hp, n, count, tokens, lists, first, steady):
         "buckets_in_all": len(bucket_boundaries(hp.max_length or hp.batch_size)) + 1,
         "padding_overhead_pct": 100.0
         * (padded_elements(lists[True]) / padded_elements(lists[False]) - 1),
-        "configs": {},
+        "rows": rows,
     }
-    for name in CONFIGS:
-        result["configs"][name] = {
-            "tokens_per_s": tokens / median[name],
-            "seconds_per_update": median[name] / updates_per_pass,
-            "first_pass_s": first[name],
-            "compile_s": first[name] - median[name],
-            "tokens_per_s_ratio_to_plain": harness.median_ratio(
-                [tokens / t for t in steady[name]],
-                [tokens / t for t in steady["plain"]],
-            ),
-            "spread_pct": harness.spread(steady[name]),
-            "tokens_per_s_rounds": [tokens / t for t in steady[name]],
-        }
-    configs = result["configs"]
-    per_shape = (configs["xla"]["compile_s"] - configs["padded"]["compile_s"]) / max(
+    return break_even(result, {row["config"]: row for row in rows})
+
+
+def break_even(result, configs):
+    """Adds XLA's compile seconds per shape and, against `plain` and `padded`, the
+    updates after which its faster steady updates repay its extra compile time."""
+    per_shape = (configs["xla"]["compile s"] - configs["padded"]["compile s"]) / max(
         result["shapes_bucket_padded"], 1
     )
+    unseen = result["buckets_in_all"] - result["shapes_bucket_padded"]
     result["xla_compile_s_per_shape"] = per_shape
     result["xla_compile_s_all_buckets_estimate"] = per_shape * result["buckets_in_all"]
     for base in ("plain", "padded"):
-        saved = (
-            configs[base]["seconds_per_update"] - configs["xla"]["seconds_per_update"]
-        )
-        extra = configs["xla"]["compile_s"] - configs[base]["compile_s"]
-        result[f"break_even_updates_vs_{base}"] = extra / saved if saved > 0 else None
-        result[f"break_even_updates_vs_{base}_all_buckets"] = (
-            (
-                extra
-                + per_shape
-                * (result["buckets_in_all"] - result["shapes_bucket_padded"])
-            )
-            / saved
-            if saved > 0
-            else None
-        )
+        saved = configs[base]["s/update"] - configs["xla"]["s/update"]
+        extra = configs["xla"]["compile s"] - configs[base]["compile s"]
+        seen = extra / saved if saved > 0 else None
+        full = (extra + per_shape * unseen) / saved if saved > 0 else None
+        result[f"break_even_updates_vs_{base}"] = seen
+        result[f"break_even_updates_vs_{base}_all_buckets"] = full
     return result
 
 
 def print_report(r):
-    print(
-        f"\n{r['setup']}: {r['micro_batches']} micro-batches of {r['batch_size']} "
-        f"tokens, n={r['accumulate_steps']}, {r['target_tokens_per_pass']} target "
-        f"tokens per pass; batch shapes: {r['shapes_plain']} unpadded, "
-        f"{r['shapes_bucket_padded']} bucket-padded (of {r['buckets_in_all']} "
-        f"buckets); bucket padding adds {r['padding_overhead_pct']:.1f}% elements"
+    title = (
+        f"{r['setup']}: target tokens/s; {r['micro_batches']} micro-batches of "
+        f"{r['batch_size']} tokens, n={r['accumulate_steps']}, "
+        f"{r['target_tokens_per_pass']} target tokens per pass"
     )
+    columns = ("s/update", "1st pass s", "compile s")
+    harness.print_table(title, r["rows"], "tokens/s", "plain", columns)
     print(
-        f"{'config':8} {'tokens/s':>10} {'ratio':>7} {'s/update':>9} "
-        f"{'1st pass s':>11} {'compile s':>10} {'spread':>7}"
+        f"batch shapes: {r['shapes_plain']} unpadded, {r['shapes_bucket_padded']} "
+        f"bucket-padded (of {r['buckets_in_all']} buckets); bucket padding adds "
+        f"{r['padding_overhead_pct']:.1f}% elements"
     )
-    for name, c in r["configs"].items():
-        print(
-            f"{name:8} {c['tokens_per_s']:10.0f} {c['tokens_per_s_ratio_to_plain']:7.3f} "
-            f"{c['seconds_per_update']:9.3f} {c['first_pass_s']:11.1f} "
-            f"{c['compile_s']:10.1f} {c['spread_pct']:6.1f}%"
-        )
     print(
         f"XLA compile: {r['xla_compile_s_per_shape']:.1f} s per bucket shape, about "
         f"{r['xla_compile_s_all_buckets_estimate']:.0f} s for all "
@@ -323,9 +315,15 @@ def main(argv):
     args = parse_args(argv)
     harness.print_start()
     results = [measure(setup, args) for setup in args.setups]
-    print("\n" + harness.environment())
     for result in results:
         print_report(result)
+    rows = [
+        {**row, "config": f"{r['setup']} {row['config']}"}
+        for r in results
+        for row in r["rows"]
+    ]
+    setups = [{k: v for k, v in r.items() if k != "rows"} for r in results]
+    harness.write_json(args.json, "bench_xla", rows, "tokens/s", "plain", setups=setups)
     print(json.dumps({"environment": harness.environment(), "results": results}))
 
 
