@@ -36,7 +36,8 @@ interleaved across configs one accumulation window at a time, so that other load
 the machine hits all configs alike. No per-step sync: one per window (on CPU a
 tf.function call returns when it is done anyway). Rates are medians over repetitions;
 ratios are medians of per-repetition ratios to the baseline; per-call times (median
-over all timed calls) are split into accumulate-only and update micro-steps.
+over all timed calls) are split into accumulate-only and update micro-steps. The
+report is the harness's table (benchkit/harness.py); --json writes its rows.
 
 Run (from the repository root):
 
@@ -114,6 +115,7 @@ def parse_args(argv):
         help=f"Comma-separated subset of {', '.join(ALL_CONFIGS)}.",
     )
     add("--seed", type=int, default=1)
+    harness.add_json_flag(p)
     args = p.parse_args(argv)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in args.configs if c not in ALL_CONFIGS]
@@ -317,46 +319,41 @@ def timed_repetition(runners, batches, tokens, steps, window):
 # --- report --------------------------------------------------------------------------
 
 
-def _median_or_nan(values):
-    return statistics.median(values) if values else float("nan")
+def _median_or_none(values):
+    return statistics.median(values) if values else None
 
 
-def print_table(runners, args, steps):
+def report(runners, args, steps):
+    """The harness's table of micro-steps/s (ratio to the baseline's in the same
+    repetition), with tokens/s and the per-call times as columns; then the legend."""
     base = next((r for r in runners if r.name == BASELINE), runners[0])
-    print(
-        f"\nhparams_set={args.hparams_set} batch_size={args.batch_size} tokens, "
-        f"n={args.accumulate_steps}, {steps} timed micro-steps x {args.repeats} "
-        f"repetitions (median), {os.cpu_count()} CPU cores, TF {tf.__version__}, "
-        f"Keras {keras.__version__}"
+    rows = harness.summary_rows({r.name: r.rates for r in runners}, base.name)
+    for row, r in zip(rows, runners):
+        row["n"] = r.n
+        row["tokens/s"] = statistics.median(r.token_rates)
+        row["ms/micro"] = 1e3 / row["median"]
+        row["ms accum"] = _median_or_none(r.accumulate_ms)
+        row["ms update"] = _median_or_none(r.update_ms)
+        row["cpu ms/micro"] = statistics.median(r.cpu_ms)
+    title = (
+        f"Accumulation cost: hparams_set={args.hparams_set} batch_size="
+        f"{args.batch_size} tokens, n={args.accumulate_steps}, {steps} timed "
+        f"micro-steps x {args.repeats} repetitions"
     )
-    header = (
-        f"{'config':<16} {'n':>2} {'micro-steps/s':>13} {'tokens/s':>9} "
-        f"{'vs ' + base.name:>10} {'spread':>7} {'ms/micro':>8} "
-        f"{'ms accum':>8} {'ms update':>9} {'cpu ms/micro':>12}"
+    note = (
+        f"{args.repeats} repetition(s), interleaved one window at a time; spread: "
+        "(max - min) / median over repetitions; ratio: median of the per-repetition "
+        "ratios of micro-steps/s (= ratio of tokens/s: same batches)"
     )
-    print(header)
-    print("-" * len(header))
-    for r in runners:
-        rate = statistics.median(r.rates)
-        print(
-            f"{r.name:<16} {r.n:>2} {rate:>13.2f} {statistics.median(r.token_rates):>9.0f} "
-            f"{harness.median_ratio(r.rates, base.rates):>9.3f}x "
-            f"{harness.spread(r.rates):>6.1f}% {1e3 / rate:>8.1f} "
-            f"{_median_or_nan(r.accumulate_ms):>8.1f} "
-            f"{_median_or_nan(r.update_ms):>9.1f} "
-            f"{statistics.median(r.cpu_ms):>12.1f}"
-        )
+    columns = ("n", "tokens/s", "ms/micro", "ms accum", "ms update", "cpu ms/micro")
+    harness.print_table(title, rows, "micro-steps/s", base.name, columns, note=note)
     print(
-        f"\nvs {base.name}: median over repetitions of the ratio of micro-steps/s "
-        "(= ratio of tokens/s: same batches) to the baseline's in the same "
-        "repetition.\nspread: (max - min) / median of the per-repetition rates."
-    )
-    print(
-        "ms accum / ms update: median wall time of one call on accumulate-only "
+        "\nms accum / ms update: median wall time of one call on accumulate-only "
         "micro-steps / on update micro-steps (n=1: every micro-step is an update).\n"
         "cpu ms/micro: process CPU time (all threads) per micro-step; less sensitive "
         "than wall time to other processes on the machine."
     )
+    return rows, base.name
 
 
 def main(argv=None):
@@ -365,7 +362,15 @@ def main(argv=None):
     print(f"t2t_lite imported from {os.path.dirname(t2t_lite.__file__)}")
     harness.print_start()
     runners, steps = run_benchmark(args)
-    print_table(runners, args, steps)
+    rows, baseline = report(runners, args, steps)
+    harness.write_json(
+        args.json,
+        "bench_accumulation",
+        rows,
+        "micro-steps/s",
+        baseline,
+        args=vars(args),
+    )
     print(
         f"\ntotal wall time {time.perf_counter() - t0:.0f}s, "
         f"load average at end: {harness.load_average()}"
