@@ -40,7 +40,10 @@ Each child reports:
   before every micro-step), and RSS after it.
 - per update: RSS after it and its RSS peak.
 
-From those the parent derives (medians over rounds; ratios are medians of per-round
+The report is the harness's table (benchkit/harness.py): peak RSS per configuration
+with its ratio to nb_n1's, and the baselines and TF allocator numbers as columns;
+--json writes its rows, with every child's record under "results". From those the
+parent derives (medians over rounds; ratios are medians of per-round
 ratios): peak(b_n8) / peak(nb_n1) on total RSS, on RSS peak - baseline, and on the
 same with the accumulators charged to training (they sit in b_n8's baseline); the
 same on TF allocator bytes; the accumulator's bytes vs the model's trainable bytes
@@ -102,7 +105,7 @@ def parse_args(argv):
     p.add_argument("--max_length", type=int, default=64, help="Longest sequence.")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"Subset of {CONFIGS}.")
-    p.add_argument("--json", default="", help="Also write all results here.")
+    harness.add_json_flag(p)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -269,47 +272,59 @@ def median_of(results, key):
     return statistics.median(derived(r)[key] for r in results)
 
 
-def print_table(args, results):
-    names = {
-        "b_n8": f"b={args.micro_batch_size} x n={args.accumulate_steps}",
-        "nb_n1": f"{args.accumulate_steps}b={args.accumulate_steps * args.micro_batch_size} x n=1",
-        "b_n1": f"b={args.micro_batch_size} x n=1",
-    }
+COLUMNS = {  # the table's further columns: their derived() keys
+    "baseline RSS": "baseline_rss",
+    "peak - baseline": "rss_delta",
+    "TF baseline": "baseline_tf",
+    "TF peak": "peak_tf",
+    "TF peak - baseline": "tf_delta",
+}
+RATIOS = {
+    "peak_rss": "total peak RSS",
+    "rss_delta": "RSS peak - baseline",
+    "rss_delta_acc": "RSS peak - baseline + accumulators",
+    "peak_tf": "TF allocator peak",
+    "tf_delta": "TF peak - baseline",
+    "tf_delta_acc": "TF peak - baseline + accumulators",
+}
+
+
+def report(args, results):
+    """The harness's table of peak RSS per configuration (ratio to nb_n1's), the
+    baselines and TF allocator medians as columns; then b_n8 / nb_n1 on every
+    measure. Returns (rows, baseline label, those ratios)."""
+    b, n = args.micro_batch_size, args.accumulate_steps
+    names = {"b_n8": f"b={b} x n={n}", "nb_n1": f"{n}b={n * b} x n=1"}
+    names["b_n1"] = f"b={b} x n=1"
     has_tf = all(r["baseline_tf"] is not None for rs in results.values() for r in rs)
-    head = "| config | baseline RSS | peak RSS | peak - baseline |"
-    if has_tf:
-        head += " TF baseline | TF peak | TF peak - baseline |"
-    print(f"\nMiB, medians over {args.rounds} rounds:\n")
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for config, rs in results.items():
-        keys = ["baseline_rss", "peak_rss", "rss_delta"]
-        if has_tf:
-            keys += ["baseline_tf", "peak_tf", "tf_delta"]
-        row = " | ".join(f"{median_of(rs, k):.0f}" for k in keys)
-        print(f"| {names[config]} | {row} |")
+    columns = [c for c, key in COLUMNS.items() if has_tf or "tf" not in key]
+    peaks = {
+        names[c]: [derived(r)["peak_rss"] for r in rs] for c, rs in results.items()
+    }
+    baseline = names["nb_n1"] if "nb_n1" in results else None
+    rows = harness.summary_rows(peaks, baseline)
+    for row, rs in zip(rows, results.values()):
+        row.update({c: median_of(rs, COLUMNS[c]) for c in columns})
+    title = (
+        f"Peak memory, MiB: {args.hparams_set}, {args.layers}+{args.layers} layers, "
+        f"vocab {args.vocab_size}, {args.updates} updates per config"
+    )
+    harness.print_table(title, rows, "peak RSS MiB", baseline, columns)
     if "b_n8" not in results or "nb_n1" not in results:
-        return {}
+        return rows, baseline, {}
     ratios = {}
-    for key, what in [
-        ("peak_rss", "total peak RSS"),
-        ("rss_delta", "RSS peak - baseline"),
-        ("rss_delta_acc", "RSS peak - baseline + accumulators"),
-        ("peak_tf", "TF allocator peak"),
-        ("tf_delta", "TF peak - baseline"),
-        ("tf_delta_acc", "TF peak - baseline + accumulators"),
-    ]:
+    for key, what in RATIOS.items():
         if "tf" in key and not has_tf:
             continue
         values = [derived(r)[key] for r in results["b_n8"]]
-        baseline = [derived(r)[key] for r in results["nb_n1"]]
-        per_round = [v / b for v, b in zip(values, baseline)]
-        ratios[key] = harness.median_ratio(values, baseline)
+        base = [derived(r)[key] for r in results["nb_n1"]]
+        per_round = [v / b for v, b in zip(values, base)]
+        ratios[key] = harness.median_ratio(values, base)
         print(
             f"ratio b_n8 / nb_n1, {what:<36}: {ratios[key]:.3f} "
             f"(rounds: {', '.join(f'{r:.3f}' for r in per_round)})"
         )
-    return ratios
+    return rows, baseline, ratios
 
 
 def main(argv=None):
@@ -320,22 +335,24 @@ def main(argv=None):
     started = time.perf_counter()
     harness.print_start()
     results = measure(args)
-    print(f"\n{harness.environment()}")
+    rows, baseline, ratios = report(args, results)
     first = next(iter(results.values()))[0]
-    print(
-        f"{args.hparams_set}, {args.layers}+{args.layers} layers, vocab "
-        f"{args.vocab_size}, {args.updates} updates per config; model "
-        f"{first['trainable_mib']:.1f} MiB of float32 trainable variables"
-    )
+    print(f"model: {first['trainable_mib']:.1f} MiB of float32 trainable variables")
     summary = {
-        "ratios": print_table(args, results),
+        "ratios": ratios,
         "accumulation": print_accumulation_costs(args, results),
     }
     print(f"\ntotal wall time {time.perf_counter() - started:.0f}s")
-    report = {"args": vars(args), "summary": summary, "results": results}
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(report, out, indent=1)
+    harness.write_json(
+        args.json,
+        "bench_memory",
+        rows,
+        "peak RSS MiB",
+        baseline,
+        args=vars(args),
+        summary=summary,
+        results=results,
+    )
     print(json.dumps(summary))
 
 
