@@ -25,8 +25,11 @@ timed apart and reported as "1st call" (part 2: one sentence, as the slow uncach
 calls are not worth paying twice). Then one call per configuration and repetition
 is timed, interleaved in a rotating order so that other load on the machine hits all
 alike. Rates are medians over repetitions; speedup is the median over repetitions
-of uncached time / cached time. The table notes whether TF_ENABLE_ONEDNN_OPTS=0 was
-set (oneDNN's fused attention kernels change the uncached cost a lot).
+of uncached time / cached time. The report is the harness's table, a row per
+(part, model, search) with the cached rate first and the uncached one, the speedup
+and the rest as columns; its title notes whether TF_ENABLE_ONEDNN_OPTS=0 was set
+(oneDNN's fused attention kernels change the uncached cost a lot). --json writes the
+rows.
 
 Run (from the repository root):
 
@@ -72,6 +75,7 @@ def parse_args(argv):
     p.add_argument("--base_batch", type=int, default=4, help="Part 2, base.")
     p.add_argument("--base_repeats", type=int, default=1, help="Part 2, base.")
     p.add_argument("--seed", type=int, default=1)
+    harness.add_json_flag(p)
     args = p.parse_args(argv)
     args.lengths = [int(n) for n in args.lengths.split(",") if n.strip()]
     if bool(args.output_dir) != bool(args.data_dir):
@@ -115,21 +119,26 @@ def measure_pairs(model, max_input_length, cases, repeats, label, run, warm=None
 
 
 def row(part, model, search, pair, lengths):
-    """A table line; lengths: the output lengths seen."""
+    """A table row (harness schema): cached sentences/s per repetition, with the
+    uncached rate, the speedup and the rest as columns; lengths: the output lengths
+    seen."""
     cached, uncached = pair.times[True], pair.times[False]
     n = len(pair.outputs[True])
     same = sum(a == b for a, b in zip(pair.outputs[True], pair.outputs[False]))
-    speedup = statistics.median(u / c for c, u in zip(cached, uncached))
-    out = f"{statistics.mean(lengths):.1f} ({min(lengths)}-{max(lengths)})"
-    identical = f"{'yes' if same == n else 'NO'} ({same}/{n})"
-    return (
-        f"{part:>8} {model:>5} {search:>6} {out:>16} {f'{n}x{len(cached)}':>12} "
-        f"{f'{pair.first[True]:.1f}/{pair.first[False]:.1f}':>14} "
-        f"{n / statistics.median(cached):>13.2f} "
-        f"{n / statistics.median(uncached):>15.2f} {speedup:>7.2f} "
-        f"{f'{harness.spread(cached):.0f}/{harness.spread(uncached):.0f}':>11} "
-        f"{identical:>13}"
+    label = f"{part} {model} {search}"
+    (result,) = harness.summary_rows({label: [n / t for t in cached]})
+    result.update(
+        {
+            "out tokens": f"{statistics.mean(lengths):.1f} ({min(lengths)}-{max(lengths)})",
+            "sents x reps": f"{n}x{len(cached)}",
+            "1st call s c/u": f"{pair.first[True]:.1f}/{pair.first[False]:.1f}",
+            "uncached sent/s": n / statistics.median(uncached),
+            "uncached spread": f"{harness.spread([n / t for t in uncached]):.1f}%",
+            "speedup": statistics.median(u / c for c, u in zip(cached, uncached)),
+            "identical": f"{'yes' if same == n else 'NO'} ({same}/{n})",
+        }
     )
+    return result
 
 
 # --- part 1: real translation --------------------------------------------------------
@@ -199,28 +208,40 @@ def bench_long(hparams_set, batch, repeats, args):
 
 # --- report --------------------------------------------------------------------------
 
-HEADER = (  # row()'s widths
-    "    part model search       out tokens sents x reps 1st call s c/u sent/s cached "
-    "sent/s uncached speedup spread% c/u     identical"
+COLUMNS = (
+    "uncached sent/s",
+    "uncached spread",
+    "speedup",
+    "out tokens",
+    "sents x reps",
+    "1st call s c/u",
+    "identical",
 )
 
 
-def print_table(rows, started):
+def report(rows, started, json_path):
+    """The harness's table (rows: cached sentences/s, the uncached numbers and the
+    speedup as columns), its legend, and --json."""
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (on)")
-    print(
-        f"\n{harness.environment()}, TF_ENABLE_ONEDNN_OPTS={onednn}, "
-        f"total wall time {time.perf_counter() - started:.0f}s"
+    title = (
+        "Decoding speed with (cached) and without (uncached) the key/value cache, "
+        f"sentences per second; TF_ENABLE_ONEDNN_OPTS={onednn}"
     )
-    print(HEADER + "\n" + "-" * len(HEADER))
-    for r in rows:
-        print(r)
+    note = (
+        "medians over repetitions (sents x reps); spread: (max - min) / median of "
+        "the repetitions' rates; speedup: median over repetitions of uncached time / "
+        "cached time"
+    )
+    harness.print_table(title, rows, "sent/s cached", columns=COLUMNS, note=note)
     print(
         "out tokens: mean (min-max) output tokens, EOS and padding removed (part 2: "
         "cached and uncached outputs).\n1st call: first call's seconds, cached/"
-        "uncached (tracing included; part 2: one sentence).\nspeedup: median over "
-        "repetitions of uncached time / cached time.\nspread: (max - min) / median "
-        "of the repetition times, cached/uncached.\nidentical: cached and uncached "
-        "best outputs equal, per sentence."
+        "uncached (tracing included; part 2: one sentence).\nidentical: cached and "
+        "uncached best outputs equal, per sentence.\n"
+        f"total wall time {time.perf_counter() - started:.0f}s"
+    )
+    harness.write_json(
+        json_path, "bench_decoding", rows, "sent/s cached", onednn_opts=onednn
     )
 
 
@@ -242,7 +263,7 @@ def main(argv=None):
             rows += bench_long(
                 "transformer_base", args.base_batch, args.base_repeats, args
             )
-    print_table(rows, started)
+    report(rows, started, args.json)
 
 
 if __name__ == "__main__":
