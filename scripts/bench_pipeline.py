@@ -28,6 +28,10 @@ The verdict line compares pipeline tokens/s with each model's consumption; the
 pipeline is not the bottleneck when pipeline/consumption >> 1, the live run hardly
 waits for batches and live ≈ fixed (the last is only meaningful on a quiet machine).
 
+Each part prints the harness's table (benchkit/harness.py); --json writes the training
+rows (config "MODEL fixed|live", ratio to the same model's fixed) with the datagen
+phases, the pipeline's rates and the verdict under their own keys.
+
 Run (from the repository root; about 5 minutes on 2 cores):
 
   python scripts/bench_pipeline.py
@@ -65,6 +69,7 @@ def parse_args(argv):
     p.add_argument("--base_steps", type=int, default=4, help="Timed steps, base.")
     p.add_argument("--work_dir", default="", help="Default: a new temp dir.")
     p.add_argument("--seed", type=int, default=1)
+    harness.add_json_flag(p)
     return p.parse_args(argv)
 
 
@@ -145,19 +150,20 @@ def _first(events, prefix):
 
 
 def report_datagen(args, summary, phases, total, mean_words):
-    print(f"\n== datagen: {args.pairs} pairs (~{mean_words:.0f} words a sentence) ==")
+    """The harness's table of datagen's phases (one run): seconds and pairs/s."""
+    seconds = {name: [value] for name, value in {**phases, "total": total}.items()}
+    rows = harness.summary_rows(seconds)
+    for row in rows:
+        row["pairs/s"] = f"{args.pairs / max(row['median'], 1e-9):,.0f}"
+    title = f"datagen: {args.pairs} pairs (~{mean_words:.0f} words a sentence)"
+    harness.print_table(title, rows, "s", columns=("pairs/s",), note="one run")
     train = summary["splits"]["train"]
-    pairs = args.pairs
-    for name, seconds in phases.items():
-        print(
-            f"  {name:22s} {seconds:7.1f} s   {pairs / max(seconds, 1e-9):>10,.0f} pairs/s"
-        )
-    print(f"  {'total':22s} {total:7.1f} s   {pairs / total:>10,.0f} pairs/s")
     print(
-        f"  vocab {summary['vocab_size']}, train {train['examples']} examples, "
+        f"vocab {summary['vocab_size']}, train {train['examples']} examples, "
         f"targets p50/p99 {train['tokens_per_example']['targets']['p50']}/"
         f"{train['tokens_per_example']['targets']['p99']} tokens"
     )
+    return rows
 
 
 # --- 2. pipeline ---------------------------------------------------------------------
@@ -197,18 +203,17 @@ def bench_pipeline(problem, data_dir, args):
         target_tokens += t
         padded += p
     seconds = time.perf_counter() - start
-    rates = {
-        "batches/s": args.pipeline_batches / seconds,
-        "target tokens/s": target_tokens / seconds,
-        "padded tokens/s": padded / seconds,
-        "padding fraction": 1.0 - target_tokens / max(padded, 1),
-    }
-    print(
-        f"\n== pipeline: batch_size {args.batch_size}, max_length {args.max_length} =="
+    (row,) = harness.summary_rows({"pipeline alone": [target_tokens / seconds]})
+    row["batches/s"] = args.pipeline_batches / seconds
+    row["padded tokens/s"] = padded / seconds
+    row["padding fraction"] = 1.0 - target_tokens / max(padded, 1)
+    title = (
+        f"input pipeline: batch_size {args.batch_size}, max_length {args.max_length}"
     )
-    for key, value in rates.items():
-        print(f"  {key:18s} {value:>12,.2f}")
-    return rates
+    note = f"one timed pass of {args.pipeline_batches} batches"
+    columns = ("batches/s", "padded tokens/s", "padding fraction")
+    harness.print_table(title, [row], "target tokens/s", columns=columns, note=note)
+    return row
 
 
 # --- 3. training consumption ---------------------------------------------------------
@@ -252,7 +257,9 @@ def _timed(step, batches, first_step):
 
 
 def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
-    """(fixed, live) target tokens/s: `rounds` interleaved rounds of `steps` each."""
+    """The harness's rows of target tokens/s, fixed and live (ratio to fixed), with
+    CPU s per 1k tokens and % of the time waiting: `rounds` interleaved rounds of
+    `steps` each."""
     step = build_step(hparams_set, problem.vocab_size, args)
     live = iter(training_dataset(problem, data_dir, args))
     fixed = [next(live) for _ in range(steps)]
@@ -266,47 +273,66 @@ def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
         done[0] += steps
 
     harness.interleave(("fixed", "live"), rounds, run_one)
-    (rate_fixed, cpu_fixed, _), (rate_live, cpu_live, wait_live) = (
-        np.median(np.asarray(runs[k]), axis=0).tolist() for k in ("fixed", "live")
+    rates = {kind: [r[0] for r in runs[kind]] for kind in runs}
+    rows = harness.summary_rows(rates, "fixed")
+    for row in rows:
+        results = runs[row["config"]]
+        row["CPU s/1k tokens"] = float(np.median([r[1] for r in results]))
+        row["% waiting"] = float(np.median([r[2] for r in results]))
+    title = (
+        f"training {hparams_set}: target tokens/s from fixed batches vs the live "
+        f"pipeline (n=1, {steps} timed steps a round, vocab {problem.vocab_size})"
     )
+    columns = ("CPU s/1k tokens", "% waiting")
+    harness.print_table(title, rows, "target tokens/s", "fixed", columns)
+    fixed, live = rows
     print(
-        f"\n== training {hparams_set} (n=1, {rounds}x{steps} timed steps each way, "
-        f"vocab {problem.vocab_size}; medians) ==\n"
-        f"  fixed batches  {rate_fixed:>10,.0f} target tokens/s, "
-        f"{cpu_fixed:.3f} CPU s per 1k tokens\n"
-        f"  live pipeline  {rate_live:>10,.0f} target tokens/s, "
-        f"{cpu_live:.3f} CPU s per 1k tokens, {wait_live:.2f}% of the time waiting "
-        f"for a batch\n"
-        f"  live/fixed: {rate_live / rate_fixed:.2f} in wall time; the pipeline adds "
-        f"{100.0 * (cpu_live / cpu_fixed - 1):+.1f}% CPU"
+        f"the live pipeline adds "
+        f"{100.0 * (live['CPU s/1k tokens'] / fixed['CPU s/1k tokens'] - 1):+.1f}% "
+        "CPU; % waiting: share of the wall time spent waiting for the next batch"
     )
-    return rate_fixed, rate_live
+    return rows
 
 
 def main(argv):
     args = parse_args(argv)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_pipeline_")
     os.makedirs(work_dir, exist_ok=True)
-    print(f"work dir {work_dir}; {harness.environment()}")
+    print(f"work dir {work_dir}")
+    harness.print_start()
     data_dir, summary, phases, total, mean_words = bench_datagen(args, work_dir)
-    report_datagen(args, summary, phases, total, mean_words)
+    datagen_rows = report_datagen(args, summary, phases, total, mean_words)
     problem = TranslateParallelText()
     problem.load(data_dir)
     pipeline = bench_pipeline(problem, data_dir, args)
     steps = {"transformer_tiny": args.tiny_steps, "transformer_base": args.base_steps}
-    print("\n== verdict: pipeline target tokens/s ÷ training consumption ==")
-    results = {}
+    rows, verdict = [], {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        results[name] = bench_training(
+        fixed, live = bench_training(
             problem, data_dir, args, name, steps.get(name, args.base_steps)
         )
-    for name, (fixed, live) in results.items():
+        rows += [{**r, "config": f"{name} {r['config']}"} for r in (fixed, live)]
+        verdict[name] = {
+            "pipeline_over_consumption": pipeline["median"] / fixed["median"],
+            "live_over_fixed": live["ratio"],
+        }
+    print("\nverdict: pipeline target tokens/s ÷ training consumption (fixed batches)")
+    for name, v in verdict.items():
         print(
-            f"  {name:18s} pipeline {pipeline['target tokens/s']:>10,.0f} / consumption "
-            f"{fixed:>8,.0f} = {pipeline['target tokens/s'] / fixed:6.1f}x; "
-            f"live/fixed {live / fixed:.2f}"
+            f"  {name:18s} {v['pipeline_over_consumption']:6.1f}x; live/fixed "
+            f"{v['live_over_fixed']:.2f} (median of per-round ratios)"
         )
     print(f"load average at the end {harness.load_average()}")
+    harness.write_json(
+        args.json,
+        "bench_pipeline",
+        rows,
+        "target tokens/s",
+        "fixed",
+        datagen=datagen_rows,
+        pipeline=pipeline,
+        verdict=verdict,
+    )
 
 
 if __name__ == "__main__":
