@@ -12,6 +12,11 @@ run's (every variable but the input iterators; "exact" = equal to rtol 1e-5).
 With --freeze the victim is SIGSTOPped instead: alive, sockets open, silent (a hung
 machine); the survivor can only notice the missing heartbeats.
 
+The report is the harness's table (benchkit/harness.py): the survivor's seconds from
+the kill to its exit (median and spread over the trials), with the exact restarts and
+the survivors' exit codes as columns, then the survivors' last lines; --json writes
+the row and every trial.
+
   python scripts/bench_lost_worker.py --trials=20
   python scripts/bench_lost_worker.py --trials=6 --freeze
 """
@@ -23,13 +28,13 @@ import random
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+from benchkit import harness
 
 
 def free_port():
@@ -153,9 +158,11 @@ def main(argv):
         action="store_true",
         help="SIGSTOP the victim instead (killed once the survivor has exited)",
     )
+    harness.add_json_flag(p)
     args = p.parse_args(argv)
     low, high = (float(v) for v in args.kill_seconds.split(","))
     rng = random.Random(args.seed)
+    harness.print_start()
     root = tempfile.mkdtemp(prefix="lost_worker_")
     began = time.monotonic()
     reference_run = os.path.join(root, "reference")
@@ -179,21 +186,40 @@ def main(argv):
         )
         results.append(result)
         print(json.dumps(result), flush=True)
+    report(args, results)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def report(args, results):
+    """The harness's table: the survivor's seconds to exit after the kill (median
+    and spread over trials), exact restarts and exit codes as columns; then the
+    survivors' last lines."""
+    config = "SIGSTOP one worker" if args.freeze else "SIGKILL one worker"
     killed = [r for r in results if "survivor_seconds" in r]
-    seconds = [r["survivor_seconds"] for r in killed]
-    print(
-        f"{len(results)} trials, {len(killed)} with a kill; exact restarts: "
-        f"{sum(r['exact'] for r in results)}/{len(results)}"
-    )
-    if seconds:
-        print(
-            f"survivor exit after the kill: min {min(seconds)} s, median "
-            f"{statistics.median(seconds)} s, max {max(seconds)} s; exit codes "
-            f"{sorted({str(r['survivor_exit']) for r in killed})}"
+    seconds = {config: [r["survivor_seconds"] for r in killed]} if killed else {}
+    errors = {} if killed else {config: "no kill landed: every run ended first"}
+    rows = harness.summary_rows(seconds, errors=errors)
+    for row in rows:
+        row["trials"] = len(results)
+        row["with a kill"] = len(killed)
+        row["exact restarts"] = f"{sum(r['exact'] for r in results)}/{len(results)}"
+        row["survivor exit codes"] = ", ".join(
+            sorted({str(r["survivor_exit"]) for r in killed})
         )
+    window = args.kill_seconds.replace(",", "-")
+    title = (
+        f"Lost worker: the survivor's seconds from the kill to its exit, then an "
+        f"exact restart? ({args.train_steps} steps, kills {window} s "
+        "after the first step)"
+    )
+    note = "spread: (max - min) / median over the trials with a kill"
+    columns = ("trials", "with a kill", "exact restarts", "survivor exit codes")
+    harness.print_table(title, rows, "s to exit", columns=columns, note=note)
     for line in sorted({r["survivor_line"] for r in killed}):
         print(f"  {sum(r['survivor_line'] == line for r in killed)}× {line}")
-    shutil.rmtree(root, ignore_errors=True)
+    harness.write_json(
+        args.json, "bench_lost_worker", rows, "s to exit", trials=results
+    )
 
 
 if __name__ == "__main__":
