@@ -18,9 +18,10 @@ through the Trainer's callbacks (`on_input`, `on_step`, `on_save`, `on_evaluate`
                   meter, log lines, TensorBoard writes, the Python loop
 
 Then micro-measurements put the per-micro-step numbers in context: the step fed by the
-live pipeline vs the same batches from memory, float() on a step output (the cost of
-a host sync per micro-step, which the loop avoids: its meter keeps tensors until a log
-line), the fixed cost of calling a tf.function with the step's input signature (Python
+live pipeline vs the same batches from memory (the harness's table; --json writes its
+rows, the parts above and the rest), float() on a step output (the cost of a host sync
+per micro-step, which the loop avoids: its meter keeps tensors until a log line), the
+fixed cost of calling a tf.function with the step's input signature (Python
 dispatch), the input pipeline alone, and (--op_stats_steps) a table of TF op types from
 the TF profiler.
 
@@ -90,6 +91,7 @@ def parse_args(argv):
         default=500,
         help="Batches for the input-pipeline-alone measurement.",
     )
+    harness.add_json_flag(p)
     return p.parse_args(argv)
 
 
@@ -155,50 +157,18 @@ def make_trainer(args, output_dir, timer):
     return trainer
 
 
-def _start_profiler(kind):
-    """A started profiler of `kind` ("pyinstrument", "cprofile"), or None."""
-    if kind == "pyinstrument":
-        import pyinstrument  # pylint: disable=import-outside-toplevel
-
-        profiler = pyinstrument.Profiler(interval=0.001)
-        profiler.start()
-        return profiler
-    if kind == "cprofile":
-        import cProfile  # pylint: disable=import-outside-toplevel
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-        return profiler
-    return None
-
-
-def _print_profile(profiler, args):
-    if args.profiler == "pyinstrument":
-        print(profiler.output_text(unicode=True, color=False, show_all=False))
-        if args.profile_out:
-            with open(args.profile_out, "w") as f:
-                f.write(profiler.output_html())
-    elif args.profiler == "cprofile":
-        import pstats  # pylint: disable=import-outside-toplevel
-
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
-
-
 def train(trainer, timer, args):
     """trainer.train(), timed as a whole (and profiled, if asked); the callbacks
     time its parts."""
-    profiler = _start_profiler(args.profiler)
+    python_profiler = profiler.start_python_profiler(args.profiler)
     t0 = time.perf_counter()
     try:
         record = trainer.train()
     finally:
         timer.add("train()", time.perf_counter() - t0)
-        if args.profiler == "pyinstrument":
-            profiler.stop()
-        elif args.profiler == "cprofile":
-            profiler.disable()
-    if profiler is not None:
-        _print_profile(profiler, args)
+        profiler.stop_python_profiler(python_profiler, args.profiler)
+    if python_profiler is not None:
+        profiler.print_python_profile(python_profiler, args.profiler, args.profile_out)
     return record
 
 
@@ -232,24 +202,26 @@ def dispatch_cost(batch):
 
 
 def pipeline_interference(trainer, chunks, chunk_steps, start_step):
-    """Median step-call seconds when fed by the live input pipeline (its threads
-    work while the step runs) vs. replaying the very same batches from memory right
-    after (the pipeline's prefetch buffer is full then, so it idles)."""
+    """Per chunk, the median step-call ms when fed by the live input pipeline (its
+    threads work while the step runs) and when replaying the very same batches from
+    memory right after (the pipeline's prefetch buffer is full then, so it idles)."""
     iterator = iter(trainer.dataset("train", training=True, seed=2))
-    times = {"live": [], "memory": []}
+    times = {"in-memory batches": [], "live pipeline": []}
     step = start_step
     for chunk in range(chunks + 1):  # the first chunk warms up
         consumed = []
-        for source in ("live", "memory"):
+        for source in ("live pipeline", "in-memory batches"):
+            calls = []
             for i in range(chunk_steps):
-                if source == "live":
+                if source == "live pipeline":
                     consumed.append(next(iterator))
                 t0 = time.perf_counter()
                 micro_step(trainer, consumed[i], step)
-                if chunk:
-                    times[source].append(time.perf_counter() - t0)
+                calls.append(1e3 * (time.perf_counter() - t0))
                 step += 1
-    return {k: statistics.median(v) for k, v in times.items()}
+            if chunk:
+                times[source].append(statistics.median(calls))
+    return times
 
 
 def micro_step(trainer, batch, step):
@@ -290,7 +262,8 @@ def pipeline_alone(trainer, batches):
 
 
 def report(timer, args):
-    """The time of each part of the loop (PhaseTimer), per call and per micro-step."""
+    """The time of each part of the loop (PhaseTimer), per call and per micro-step;
+    returns its rows."""
     steps = args.train_steps
     loop = timer.total("train()")
     parts = [
@@ -320,6 +293,7 @@ def report(timer, args):
         f"{harness.environment()}"
     )
     print_phases(rows, steps, total)
+    return [{"part": n, "seconds": t, "calls": c} for n, t, c in rows]
 
 
 def print_phases(rows, steps, total):
@@ -343,22 +317,37 @@ def print_phases(rows, steps, total):
     )
 
 
-def print_micro_measurements(extras):
-    live, memory = extras["interference"]["live"], extras["interference"]["memory"]
-    print("\nmicro-measurements:")
-    print(
-        f"  step call fed by live pipeline   {1e3 * live:.2f} ms, from in-memory "
-        f"batches {1e3 * memory:.2f} ms (the same batches replayed; medians)"
+def print_micro_measurements(extras, args):
+    """The harness's table of the step call fed live vs from memory, then the other
+    micro-measurements; --json writes that table's rows and the rest."""
+    chunk = args.interference_chunk
+    rows = harness.summary_rows(extras["interference"], "in-memory batches")
+    title = "step call fed by the live pipeline vs the same batches replayed"
+    note = (
+        f"{len(rows[0]['rounds'])} chunks of {chunk} micro-steps, live then from "
+        "memory; median per chunk, then over chunks; ratio: median of the per-chunk "
+        "ratios"
     )
+    harness.print_table(title, rows, "ms/step call", "in-memory batches", note=note)
     print(
-        f"  float() of one step output       {1e3 * extras['float']:.4f} ms "
+        f"float() of one step output       {1e3 * extras['float']:.4f} ms "
         f"(a host sync; the loop does one per log line, not per micro-step)"
     )
     print(
-        f"  empty tf.function call, same sig {1e3 * extras['dispatch']:.3f} ms "
+        f"empty tf.function call, same sig {1e3 * extras['dispatch']:.3f} ms "
         f"(Python dispatch floor of a step call)"
     )
-    print(f"  input pipeline alone             {1e3 * extras['pipeline']:.3f} ms/batch")
+    print(f"input pipeline alone             {1e3 * extras['pipeline']:.3f} ms/batch")
+    others = {k: extras[k] for k in ("float", "dispatch", "pipeline")}
+    harness.write_json(
+        args.json,
+        "profile_train_step",
+        rows,
+        "ms/step call",
+        "in-memory batches",
+        phases=extras["phases"],
+        seconds=others,
+    )
 
 
 def main(argv=None):
@@ -382,8 +371,8 @@ def main(argv=None):
             "dispatch": dispatch_cost(batch),
             "pipeline": pipeline_alone(trainer, args.pipeline_batches),
         }
-        report(timer, args)
-        print_micro_measurements(extras)
+        extras["phases"] = report(timer, args)
+        print_micro_measurements(extras, args)
         if args.op_stats_steps > 0:
             start = args.train_steps + 12 * args.interference_chunk
             totals = op_type_stats(trainer, args.op_stats_steps, start)

@@ -1,4 +1,5 @@
-"""The TF profiler's time per op type, for bench_step.py and profile_train_step.py."""
+"""The TF profiler's time per op type, for bench_step.py and profile_train_step.py,
+and profile_train_step.py's Python profilers (pyinstrument, cProfile)."""
 
 import collections
 import glob
@@ -52,3 +53,41 @@ def print_op_type_stats(totals, top=12):
             break
         top -= 1
         print(f"  {name:<28} {1e3 * seconds:7.2f} ms {100 * seconds / busy:5.1f}%")
+
+
+def start_python_profiler(kind):
+    """A started Python profiler of `kind` ("pyinstrument", "cprofile"), or None."""
+    if kind == "pyinstrument":
+        import pyinstrument  # pylint: disable=import-outside-toplevel
+
+        profiler = pyinstrument.Profiler(interval=0.001)
+        profiler.start()
+        return profiler
+    if kind == "cprofile":
+        import cProfile  # pylint: disable=import-outside-toplevel
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        return profiler
+    return None
+
+
+def stop_python_profiler(profiler, kind):
+    if kind == "pyinstrument":
+        profiler.stop()
+    elif kind == "cprofile":
+        profiler.disable()
+
+
+def print_python_profile(profiler, kind, html_path=""):
+    """pyinstrument's call tree (and an HTML report to `html_path`), or cProfile's
+    top 40 functions by cumulative time."""
+    if kind == "pyinstrument":
+        print(profiler.output_text(unicode=True, color=False, show_all=False))
+        if html_path:
+            with open(html_path, "w") as f:
+                f.write(profiler.output_html())
+    elif kind == "cprofile":
+        import pstats  # pylint: disable=import-outside-toplevel
+
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
