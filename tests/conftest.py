@@ -13,6 +13,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 
 import pytest
 from support.numbers_model import train_numbers_model
@@ -30,7 +31,8 @@ os.environ.pop("TF_CONFIG", None)
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "slow: trains a model, starts a subprocess or uses numbers_run; deselect "
+        "slow: trains a model, starts a subprocess or uses numbers_run or "
+        "two_worker_reference; deselect "
         'with -m "not slow" for a fast inner loop',
     )
 
@@ -136,7 +138,9 @@ def shared_across_workers(tmp_path_factory, config, name, make):
     directory, done = base / name, base / f"{name}.json"
     with _exclusive(str(base / f"{name}.lock")):
         if not done.is_file():
-            directory.mkdir(exist_ok=True)
+            # A failed attempt's files must not seed this one (a run would resume).
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
             done.write_text(json.dumps(make(str(directory)), default=float))
         return json.loads(done.read_text())
 

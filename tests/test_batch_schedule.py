@@ -314,6 +314,14 @@ def _noise_scale_run(p, updates, schedule="", n=4, rate=0.0, **overrides):
     )
 
 
+def test_a_step_whose_windows_vary_has_no_update_micro_step_by_number():
+    """Only a fixed n tells an update from a step number; with a schedule the
+    window sizes come from windows(), and asking is a clear TypeError."""
+    run = _noise_scale_run(TARGET_IDS, updates=2, schedule="linear:16,32,2")
+    with pytest.raises(TypeError, match=r"windows vary: drive them with windows\(\)"):
+        run.step.is_update_micro_step(0)
+
+
 def test_the_noise_scale_estimate_is_within_15_percent_of_the_truth():
     uniform = np.full(len(TARGET_IDS), 1 / len(TARGET_IDS))
     truth = (1 - np.sum(TARGET_IDS**2)) / np.sum((uniform - TARGET_IDS) ** 2)

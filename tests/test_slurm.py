@@ -8,6 +8,7 @@ import socket
 import pytest
 from support.cli_helpers import assert_user_error, run_cli, run_cli_subprocess
 from support.workers import (
+    TRAINER,
     assert_same_state,
     assert_workers_agree,
     finish,
@@ -17,7 +18,9 @@ from support.workers import (
 )
 
 from t2t_lite.errors import UserError
+from t2t_lite.registry import HPARAMS_SETS
 from t2t_lite.training.cluster.distribution import check_port_free, resolve_cluster
+from t2t_lite.training.reporting.reporter import TRAIN_STEPS_FACTORS
 
 
 def srun_env(rank, nodelist="localhost", tasks_per_node="2", tasks=2, **more):
@@ -237,10 +240,20 @@ def _free_port_pair():
     raise RuntimeError("no two consecutive free ports")
 
 
-def _trainer_args(run, port):
-    """The shared TWO_WORKER_RUN's first 4 micro-steps (tests/support/workers.py)."""
+def _trainer_args(run, port, program=TRAINER):
+    """The shared TWO_WORKER_RUN's first 4 micro-steps (tests/support/workers.py):
+    its checkpoint of step 4 is the reference's, since transformer_test's learning
+    rate does not read train_steps (test_the_reference_holds_for_a_shorter_run)."""
     extra = ("--cluster=slurm", f"--cluster_port={port}")
-    return trainer_args(run, train_steps=4, extra=extra)
+    return trainer_args(run, train_steps=4, program=program, extra=extra)
+
+
+def test_the_reference_holds_for_a_shorter_run():
+    """A run of 4 micro-steps equals the first 4 of TWO_WORKER_RUN's 12 only while
+    no learning-rate factor reads train_steps."""
+    hp = HPARAMS_SETS.get("transformer_test")()
+    factors = {f.strip() for f in hp.learning_rate_schedule.split("*")}
+    assert factors and not factors & set(TRAIN_STEPS_FACTORS)
 
 
 @pytest.mark.slow
@@ -281,7 +294,7 @@ def test_a_taken_port_stops_the_cli_before_tensorflow_starts(tmp_path, monkeypat
         port = holder.getsockname()[1]
         result = run_cli_subprocess(
             "trainer",
-            *_trainer_args(tmp_path / "run", port)[3:],
+            *_trainer_args(tmp_path / "run", port, program=()),
             timeout=120,
         )
     assert_user_error(

@@ -69,7 +69,7 @@ def test_good_values_pass_and_keep_their_types(tmp_path):
     assert TrainerOptions(output_dir="x", eval_early_stopping_metric_minimize=None)
 
 
-def test_trainer_flags_are_the_run_config_fields():
+def test_trainer_flags_are_the_trainer_options_fields():
     """Every TrainerOptions field is a t2t-trainer flag with the same default and help;
     the flags that are not fields are the CLI's own few."""
     _activate("t2t_lite.bin.trainer")
@@ -94,7 +94,7 @@ def test_trainer_flags_are_the_run_config_fields():
     }
 
 
-def test_docs_flag_table_is_generated_from_run_config():
+def test_docs_flag_table_is_generated_from_trainer_options():
     with open(DOCS, encoding="utf-8") as f:
         text = f.read()
     begin, end = "<!-- run-flags:begin -->\n", "<!-- run-flags:end -->"

@@ -16,7 +16,7 @@ from t2t_lite.decoding.ctranslate2_engine import CTranslate2Decoder
 from t2t_lite.decoding.decoder import Decoder, decode_hparams
 from t2t_lite.decoding.loading import load_for_decoding, open_for_decoding
 from t2t_lite.errors import UserError, first_line
-from t2t_lite.outputs.run_files import write_atomically
+from t2t_lite.fileio import write_atomically
 
 FLAGS = flags.FLAGS
 define_run_selection_flags(__name__, "decode with")

@@ -61,7 +61,7 @@ flags.DEFINE_float(
 flags.DEFINE_boolean("registry_help", False, "List every registered name and exit.")
 
 
-def _run_config():
+def _trainer_options():
     """TrainerOptions from the flags; its range checks (the library's) name the flag."""
     try:
         return TrainerOptions(
@@ -85,7 +85,7 @@ def main(argv):
         return 0
     if FLAGS.worker_gpu < 1:
         raise UserError(f"--worker_gpu must be >= 1, got {FLAGS.worker_gpu}.")
-    config = _run_config()
+    config = _trainer_options()
     registry.PROBLEMS.get(config.problem)
     registry.MODELS.get(config.model)
     hp = build_hparams(FLAGS.hparams_set, FLAGS.hparams, config.model)

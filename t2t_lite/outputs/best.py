@@ -120,9 +120,9 @@ class BestCheckpoint:
             return 0
         return global_step - self.best["global_step"]
 
-    def keep(self, record, prefix, run_files=()):
+    def keep(self, record, prefix, companions=()):
         """Makes checkpoint `prefix` (of record's step) the best; removes the
-        previous best. run_files: paths copied next to it (hparams.json, run.json)."""
+        previous best. companions: paths copied next to it (hparams.json, run.json)."""
         tf.io.gfile.makedirs(self.directory)
         name = os.path.basename(prefix)
         kept = os.path.join(self.directory, name)
@@ -131,7 +131,7 @@ class BestCheckpoint:
             _link_or_copy(
                 source, os.path.join(self.directory, os.path.basename(source))
             )
-        for path in run_files:
+        for path in companions:
             if tf.io.gfile.exists(path):
                 tf.io.gfile.copy(
                     path,

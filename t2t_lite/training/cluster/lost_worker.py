@@ -68,18 +68,18 @@ def worker_lost(error, own, output_dir, workers, step):
     )
 
 
-def restore_common_step(run, path):
+def restore_common_step(setup, path):
     """Every worker of a multi-host run resumes from the same step, or none
     does: collectives would otherwise pair up different micro-steps, silently.
-    `run`: the TrainerSetup; returns the path restored in the end.
+    `setup`: the TrainerSetup; returns the path restored in the end.
 
     Each worker has restored its newest readable checkpoint (`path`, its own
     directory); one all-gather compares the steps. If they differ (a worker
     was killed mid-save, or its newest checkpoint is damaged), every worker
     restores the oldest of them; a worker that cannot makes every worker stop
     with one line, before anything trains."""
-    mine = int(run.step.micro_step) if path else 0
-    steps = gather_workers(run.strategy, mine)
+    mine = int(setup.step.micro_step) if path else 0
+    steps = gather_workers(setup.strategy, mine)
     target = min(steps)
     if len(set(steps)) == 1:
         return path
@@ -93,10 +93,10 @@ def restore_common_step(run, path):
         )
     able = 1
     if mine != target:
-        root = run.parts.checkpoint() if run.input_pipeline_changed else None
-        path = run.checkpoints.restore_newest_readable(root, at_most=target)
-        able = int(path is not None and int(run.step.micro_step) == target)
-    ables = gather_workers(run.strategy, able)
+        root = setup.parts.checkpoint() if setup.input_pipeline_changed else None
+        path = setup.checkpoints.restore_newest_readable(root, at_most=target)
+        able = int(path is not None and int(setup.step.micro_step) == target)
+    ables = gather_workers(setup.strategy, able)
     if not all(ables):
         unable = ", ".join(f"worker {i}" for i, a in enumerate(ables) if not a)
         raise UserError(

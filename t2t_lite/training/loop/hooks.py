@@ -53,15 +53,15 @@ class ProgressHook:
         self.meter = ThroughputMeter(loop.start, self.trainer.config.train_steps)
 
     def after_step(self, loop):
-        config, run_log = self.trainer.config, self.trainer.reporter
+        config, reporter = self.trainer.config, self.trainer.reporter
         self.meter.add(loop.out)
         done = loop.done
         logging_now = done % config.log_steps == 0 or done == config.train_steps
         saving = done % config.save_checkpoints_steps == 0
         if logging_now or saving or loop.stop.requested:
-            run_log.check_divergence(done)
+            reporter.check_divergence(done)
         if logging_now:
-            run_log.training(self.meter, done)
+            reporter.training(self.meter, done)
 
 
 class StopRequestHook:

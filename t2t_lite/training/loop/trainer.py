@@ -83,7 +83,7 @@ def _rate_text(hp, plan):
 
 
 class Trainer(TrainerSetup):
-    """An open run that trains: `train()` resumes, loops over micro-steps and
+    """A TrainerSetup that trains: `train()` resumes, loops over micro-steps and
     returns the final evaluation.
 
     callbacks: extra hooks after the default ones (training/loop/hooks.py), e.g. the

@@ -84,8 +84,8 @@ def probe_batch_size(
     tokens_per_update,
     simulated_memory=None,
 ):
-    """The AutoBatch of `run` (built with batch_size max_length + 1) on its
-    strategy's devices; the run's state is as it was before. tokens_per_update:
+    """The AutoBatch of `parts` (built with batch_size max_length + 1) on their
+    strategy's devices; their state is put back as it was before. tokens_per_update:
     optim/batch_plan.py's largest_micro_batch(). simulated_memory: a SimulatedMemory
     (tests, benchmarks)."""
     length = parts.hp.max_length
@@ -154,16 +154,12 @@ def _largest(fits, cap):
 
 
 class _Fits:
-    """fits(r): whether the run's update step on r sentences of `length` tokens
+    """fits(r): whether the parts' update step on r sentences of `length` tokens
     runs within the limit."""
 
     def __init__(self, parts, length, device, budget, simulated_memory):
-        self.parts, self.length, self.device, self.budget = (
-            parts,
-            length,
-            device,
-            budget,
-        )
+        self.parts, self.length = parts, length
+        self.device, self.budget = device, budget
         self.count = 0
         self.peaks = {}  # sentences: the allocator's peak in bytes, under a budget
         parts.step.simulated_memory = simulated_memory
@@ -203,7 +199,7 @@ class _Fits:
 
 
 def _state_variables(parts):
-    """Every variable the run's checkpoint holds (weights, slots, counters,
+    """Every variable the parts' checkpoint holds (weights, slots, counters,
     accumulators, dropout generators, loss scale, noise scale)."""
     checkpoint = parts.checkpoint()
     found = []

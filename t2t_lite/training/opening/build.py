@@ -1,9 +1,10 @@
-"""The one place that assembles a run: model → schedule → optimizer → TrainStep.
+"""The one place that assembles what a run computes with, its TrainingParts:
+model → schedule → optimizer → TrainStep.
 
-The trainer, the tests and the benchmarks all call `build_training`, so an equivalence test
-exercises exactly what `t2t-trainer` trains with, not a copy of its assembly. Every
-variable (weights, optimizer slots, accumulators, counters) is created under
-`strategy.scope()`, so the same code builds a single-device run or a
+The trainer, the tests and the benchmarks all call `build_training`, so an equivalence
+test exercises exactly what `t2t-trainer` trains with, not a copy of its assembly.
+Every variable (weights, optimizer slots, accumulators, counters) is created under
+`strategy.scope()`, so the same code builds the parts of a single-device run or of a
 MirroredStrategy / MultiWorkerMirroredStrategy one.
 """
 
@@ -99,7 +100,7 @@ def build_training(
 
 
 def replan(parts, hp, train_steps):
-    """Gives a built run the micro-batch of `hp` (batch_size=0 resolved,
+    """Gives built TrainingParts the micro-batch of `hp` (batch_size=0 resolved,
     training/opening/auto_batch.py): its window plan, the schedule that counts the updates
     of that plan, the loss scale's micro-batch bound, and a fresh trace of the
     step. The variables stay: `parts` were built with a smaller micro-batch, so with at

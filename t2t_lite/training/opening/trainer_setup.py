@@ -51,8 +51,9 @@ from t2t_lite.training.step.train_step import OPTIONAL_CHECKPOINT_ITEMS
 
 
 class TrainerSetup:
-    """The parts of one run (model, optimizer, train step, evaluators, checkpoints,
-    logs) and what is done with them between steps.
+    """A run opened: its TrainingParts (`self.parts`: model, schedule, optimizer,
+    train step), evaluators, checkpoints and logs, and what is done with them
+    between steps.
 
     hooks: objects with any of on_input(seconds), on_step(step, seconds),
     on_save(seconds), on_evaluate(seconds) (profiling, see scripts/) and the loop's
@@ -76,11 +77,11 @@ class TrainerSetup:
         self.problem = self._load_problem()
         self.parts, self.auto_batch = None, None
         if hp.batch_size == 0:
-            self._open_auto_batch(simulated_memory)  # builds the run, resolves hp
+            self._open_auto_batch(simulated_memory)  # builds the parts, resolves hp
             hp = self.hp
         # The batch plan, checked on this replica count before anything is
-        # written; the run is built with it (after the probe, it is the re-planned
-        # run's):
+        # written; the parts are built with it (after the probe, it is the
+        # re-planned parts'):
         self.plan = (
             self.parts.step.plan if self.parts else plan_from_hparams(hp, self.replicas)
         )
@@ -156,7 +157,7 @@ class TrainerSetup:
         )
 
     def _build(self, hp, plan=None):
-        """The run, seeded: the same initial weights and dropout generators
+        """The TrainingParts, seeded: the same initial weights and dropout generators
         whatever happened before in this process."""
         if self.config.deterministic:
             tf.config.experimental.enable_op_determinism()
@@ -172,9 +173,9 @@ class TrainerSetup:
         )
 
     def _open_auto_batch(self, simulated_memory):
-        """batch_size=0: the run is built with one sentence per micro-batch, its
-        own step probes the largest micro-batch that fits (training/opening/auto_batch.py;
-        the state is put back afterwards), and the run is re-planned for it. A
+        """batch_size=0: the parts are built with one sentence per micro-batch,
+        their own step probes the largest that fits (opening/auto_batch.py; the
+        state is put back afterwards), and they are re-planned for it. A
         resume takes the micro-batch run.json recorded instead of probing."""
         config = self.config
         if self.chief:  # other hparams are refused before the probe, writing nothing
@@ -271,9 +272,8 @@ class TrainerSetup:
                 self.config.warm_start_from,
                 self.problem.vocab_fingerprint(),
             )
-        self.parts.replicas_variable.assign(
-            self.replicas
-        )  # this run's, not the old one
+        # This run's replica count, not the restored checkpoint's:
+        self.parts.replicas_variable.assign(self.replicas)
         if path:
             logging.info(
                 "Resumed from %s (global step %d, update %d).",

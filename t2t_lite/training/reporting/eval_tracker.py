@@ -27,7 +27,7 @@ class EvalTracker:
     def __init__(self, output_dir, metric, minimize, patience, save, workers=1):
         """metric, minimize, patience: eval_early_stopping_metric, _minimize and
         _steps (0: never stop early). save: writes a checkpoint of the current
-        step and returns its path (Trainer.save), for a best evaluation that fell
+        step and returns its path (TrainerSetup.save), for a best evaluation that fell
         between checkpoint steps. workers: the strategy's worker count."""
         self.output_dir = output_dir
         self.patience = patience

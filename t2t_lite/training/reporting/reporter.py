@@ -33,8 +33,8 @@ class Reporter:
     """
 
     def __init__(self, output_dir, chief, parts, hp, checkpoints):
-        """run: the built run (training/opening/build.py), whose train step's counters and
-        schedule's rates are logged; checkpoints: the CheckpointKeeper, whose
+        """parts: the TrainingParts (training/opening/build.py) whose train step's
+        counters and schedule's rates are logged; checkpoints: the CheckpointKeeper, whose
         newest good checkpoint DivergenceError names."""
         self.output_dir = output_dir
         self.chief = chief

@@ -210,6 +210,8 @@ class TrainStep:
     def is_update_micro_step(self, global_step):
         """Whether micro-step `global_step` (0-based) closes an accumulation window
         of a fixed n (windows() serves every plan)."""
+        if not self.plan.constant:
+            raise TypeError("windows vary: drive them with windows() and train_on().")
         return (global_step + 1) % self.n == 0
 
     def window(self):
@@ -249,8 +251,15 @@ class TrainStep:
         self.clock.window_tokens.assign(size * self.plan.micro_batch_tokens)
 
     def train_on(self, batch, closes_window):
-        """One micro-step of the current window; the last one updates. A micro-batch
-        that does not fit in memory is split (training/step/out_of_memory.py)."""
+        """One micro-step of the current window; the last one (closes_window)
+        updates. A micro-batch that does not fit in memory is split
+        (training/step/out_of_memory.py).
+
+        Returns {"loss_sum", "tokens"} of this batch (one tensor per local replica);
+        an update also returns, summed over the window and all replicas,
+        "window_loss_sum", "window_tokens" and "stop_votes", and "grad_norm": the
+        global norm of the update's gradient before clipping (all-reduced,
+        normalized, unscaled, weight decay added)."""
         return self._fitted(batch, "update" if closes_window else "accumulate")
 
     def _fitted(self, batch, kind):
