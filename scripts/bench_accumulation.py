@@ -123,6 +123,8 @@ def parse_args(argv):
         p.error(f"--configs: unknown {unknown}; choose from {', '.join(ALL_CONFIGS)}.")
     if args.accumulate_steps < 2:
         p.error("--accumulate_steps must be >= 2 (Keras refuses smaller values).")
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1: the medians need at least one timed pass.")
     return args
 
 
@@ -166,8 +168,8 @@ def t2t_config(hp, vocab_size, n, seed, train_steps):
     """The trainer's own TrainStep (build_training), accumulating n micro-batches,
     driven as the loop drives it."""
     hp = hp.override(optimizer_multistep_accumulate_steps=n)
-    step = builds.build_seeded_run(hp, vocab_size, train_steps, seed).step
-    return lambda batch, i: step.train_on(batch, step.is_update_micro_step(i))
+    step = builds.build_seeded_parts(hp, vocab_size, train_steps, seed).step
+    return lambda batch, i: builds.micro_step(step, batch, i)
 
 
 def keras_config(hp, vocab_size, n, seed, train_steps):

@@ -17,7 +17,7 @@ children and prints. Three parts (--parts):
                 alternate in fresh processes for --rounds rounds (rotating which goes
                 first); printed: per-round target tokens/s (non-pad) and process CPU
                 seconds per 1k tokens, and the median over rounds of the ratio
-                mirrored / single.
+                mirrored / single. --json writes this part's rows.
 2. input        On 2 logical CPUs, in one child: ReplicaInputs (one checkpointable
                 tf.data iterator per replica, batches handed over with
                 experimental_distribute_values_from_function; what the trainer uses
@@ -29,8 +29,8 @@ children and prints. Three parts (--parts):
                 batches go to the replicas in turn) and from cached batches (the
                 mechanism alone); b) full train steps (n=2) fed by each. Interleaved
                 rounds; medians and the median per-round ratio.
-3. collectives  The all-reduce groups traced into run.step.accumulate and
-                run.step.accumulate_and_update under MirroredStrategy (2 logical CPUs,
+3. collectives  The all-reduce groups traced into TrainStep.accumulate and
+                TrainStep.accumulate_and_update under MirroredStrategy (2 logical CPUs,
                 n=--collectives_n), counted by a tf.distribute.ReductionToOneDevice
                 subclass (MirroredStrategy hands every batch all-reduce to its
                 cross_device_ops); printed per accumulate micro-step and per update.
@@ -57,7 +57,7 @@ import sys
 import time
 
 from benchkit import builds, harness
-from benchkit.collectives import CountingReduction
+from benchkit.collectives import CountingReduction, traced_collectives
 
 from t2t_lite.registry import PROBLEMS
 from t2t_lite.training.cluster.distribution import make_strategy
@@ -91,6 +91,7 @@ def parse_args(argv):
     p.add_argument("--input_rounds", type=int, default=5, help="Part 2 rounds.")
     p.add_argument("--collectives_n", type=int, default=4, help="Part 3's n.")
     p.add_argument("--seed", type=int, default=1)
+    harness.add_json_flag(p)
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     p.add_argument("--config", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -125,8 +126,8 @@ def child_args(args, child, config=""):
 
 
 def setup(args, worker_gpu, n, cross_device_ops=None):
-    """(strategy, problem, run): the strategy first (it splits the CPU before any TF
-    op), then the run, built by the trainer's build_training."""
+    """(strategy, problem, parts): the strategy first (it splits the CPU before any TF
+    op), then the training parts, built by the trainer's build_training."""
     strategy = make_strategy(worker_gpu, cross_device_ops=cross_device_ops)
     problem = PROBLEMS.get(args.problem)()
     problem.load(None)
@@ -136,20 +137,20 @@ def setup(args, worker_gpu, n, cross_device_ops=None):
         batch_size=args.batch_size,
         optimizer_multistep_accumulate_steps=n,
     )
-    run = builds.build_seeded_run(
+    parts = builds.build_seeded_parts(
         hp, problem.vocab_size, train_steps=1_000_000, seed=args.seed, strategy=strategy
     )
-    return strategy, problem, run
+    return strategy, problem, parts
 
 
-def train_steps(run, next_batch, start, count):
+def train_steps(parts, next_batch, start, count):
     """(non-pad target tokens, wall s, process CPU s) of `count` micro-steps from
     micro-step `start`, fed by next_batch()."""
     outputs = []
     wall, cpu = time.perf_counter(), time.process_time()
     for i in range(count):
-        closes = run.step.is_update_micro_step(start + i)
-        outputs.append(run.step.train_on(next_batch(), closes)["tokens"])
+        closes = parts.step.is_update_micro_step(start + i)
+        outputs.append(parts.step.train_on(next_batch(), closes)["tokens"])
     tokens = sum(float(t) for out in outputs for t in out)  # one per replica
     return tokens, time.perf_counter() - wall, time.process_time() - cpu
 
@@ -159,36 +160,25 @@ def train_steps(run, next_batch, start, count):
 
 def throughput_child(args):
     worker_gpu, n = CONFIGS[args.config]
-    strategy, problem, run = setup(args, worker_gpu, n)
+    strategy, problem, parts = setup(args, worker_gpu, n)
     replicas = strategy.num_replicas_in_sync
     distinct = args.distinct_batches
 
     def same_data(replica, num_replicas):
         # The same cached stream in every configuration; micro-batch i -> replica
         # i mod R, so update u always holds micro-batches 4u..4u+3.
-        stream = builds.problem_batches(problem, run.hp, args.seed)
+        stream = builds.problem_batches(problem, parts.hp, args.seed)
         return stream.take(distinct).cache().repeat().shard(num_replicas, replica)
 
     inputs = ReplicaInputs(strategy, same_data)
     warmup = distinct // replicas  # one pass: fills the caches, traces both functions
-    train_steps(run, inputs.next, 0, warmup)
+    train_steps(parts, inputs.next, 0, warmup)
     micro_steps = args.updates * n
-    tokens, wall, cpu = train_steps(run, inputs.next, warmup, micro_steps)
-    print(
-        json.dumps(
-            {
-                "config": args.config,
-                "replicas": replicas,
-                "n": n,
-                "micro_steps": micro_steps,
-                "updates": args.updates,
-                "tokens": tokens,
-                "seconds": wall,
-                "tokens_per_s": tokens / wall,
-                "cpu_s_per_1k_tokens": 1000 * cpu / tokens,
-            }
-        )
-    )
+    tokens, wall, cpu = train_steps(parts, inputs.next, warmup, micro_steps)
+    record = {"config": args.config, "replicas": replicas, "n": n, "tokens": tokens}
+    record |= {"updates": args.updates, "micro_steps": micro_steps, "seconds": wall}
+    record |= {"tokens_per_s": tokens / wall, "cpu_s_per_1k_tokens": 1e3 * cpu / tokens}
+    print(json.dumps(record))
 
 
 def throughput(args):
@@ -212,14 +202,23 @@ def throughput(args):
         f"of {4 * args.batch_size} tokens (padding included) =="
     )
     harness.interleave(CONFIGS, args.rounds, run_one)
+    tables = {}
     for key, unit in (
         ("tokens_per_s", "tokens/s"),
         ("cpu_s_per_1k_tokens", "CPU s/1k tokens"),
     ):
         values = {name: [r[key] for r in rs] for name, rs in results.items()}
-        rows = harness.summary_rows(values, "single")
-        print(f"\n{unit}, mirrored (2 devices x n=2) against single (1 x n=4):\n")
-        print(harness.markdown_table(rows, unit, "single"), flush=True)
+        tables[unit] = harness.summary_rows(values, "single")
+        title = f"{unit}, mirrored (2 devices x n=2) against single (1 x n=4)"
+        harness.print_table(title, tables[unit], unit, "single")
+    harness.write_json(
+        args.json,
+        "bench_distributed",
+        tables["tokens/s"],
+        "tokens/s",
+        "single",
+        cpu_rows=tables["CPU s/1k tokens"],
+    )
 
 
 # --- part 2: the input path --------------------------------------------------------------
@@ -278,17 +277,19 @@ def batch_rates(args, sources):
 
 
 def input_child(args):
-    strategy, problem, run = setup(args, 2, 2)
+    strategy, problem, parts = setup(args, 2, 2)
     rows = {}
     for cached in (False, True):
-        sources = input_sources(args, strategy, problem, run.hp, cached)
+        sources = input_sources(args, strategy, problem, parts.hp, cached)
         label = "cached" if cached else "live"
         rows[f"batches only, {label}"] = batch_rates(args, sources)
-    sources = input_sources(args, strategy, problem, run.hp, cached=False)
+    sources = input_sources(args, strategy, problem, parts.hp, cached=False)
     rates, step = {name: [] for name in sources}, [0]
 
     def steps(name, _):
-        tokens, wall, _cpu = train_steps(run, sources[name], step[0], args.input_steps)
+        tokens, wall, _cpu = train_steps(
+            parts, sources[name], step[0], args.input_steps
+        )
         step[0] += args.input_steps
         rates[name].append(tokens / wall)
 
@@ -330,34 +331,29 @@ def print_input_report(args, rows):
 def collectives_child(args):
     counter = CountingReduction()
     n = args.collectives_n
-    strategy, problem, run = setup(args, 2, n, cross_device_ops=counter)
+    strategy, problem, parts = setup(args, 2, n, cross_device_ops=counter)
     inputs = ReplicaInputs(
         strategy,
-        lambda r, num: builds.problem_batches(problem, run.hp, args.seed + r, r, num),
+        lambda r, num: builds.problem_batches(problem, parts.hp, args.seed + r, r, num),
     )
-    batch = inputs.next()
-    counts = {}
-    for name in ("accumulate", "accumulate_and_update"):
-        counter.groups = counter.tensors = 0
-        getattr(run.step, name).get_concrete_function(batch)
-        counts[name] = (counter.groups, counter.tensors)
+    counts = traced_collectives(parts.step, inputs.next(), counter)
     for micro_step in range(n):  # the traced functions run: one real window
-        run.step.train_on(inputs.next(), run.step.is_update_micro_step(micro_step))
+        builds.micro_step(parts.step, inputs.next(), micro_step)
     (acc_groups, acc_tensors), (upd_groups, upd_tensors) = counts.values()
-    variables = len(run.model.trainable_variables)
+    variables = len(parts.model.trainable_variables)
     print(
         f"\n== part 3: all-reduces traced into the step, 2 logical CPUs, n={n}, "
         f"{variables} trainable variables ==\n"
-        f"  accumulate micro-step (run.step.accumulate):              "
+        f"  accumulate micro-step (TrainStep.accumulate):             "
         f"{acc_groups} group(s), {acc_tensors} tensor(s)\n"
-        f"  update micro-step (run.step.accumulate_and_update):       "
+        f"  update micro-step (TrainStep.accumulate_and_update):      "
         f"{upd_groups} group(s), {upd_tensors} tensor(s) "
         f"(gradients + loss + tokens + stop votes = {variables + 3})\n"
         f"  all-reduce groups per accumulate micro-step / per update: "
         f"{acc_groups} / {(n - 1) * acc_groups + upd_groups} "
         f"(an update = {n - 1} accumulate + 1 update micro-steps)\n"
-        f"  after {n} real micro-steps: update_step {run.step.update_step}, "
-        f"micro_step {run.step.micro_step}"
+        f"  after {n} real micro-steps: update_step {parts.step.update_step}, "
+        f"micro_step {parts.step.micro_step}"
     )
 
 

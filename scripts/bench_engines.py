@@ -56,6 +56,7 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--work_dir", default="")
+    harness.add_json_flag(p)
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if bool(args.output_dir) != bool(args.data_dir):
@@ -262,6 +263,9 @@ def report(args, results, refs, dirs, export_wall):
         for engine, runs in results.items():
             agree = sum(a == b for a, b in zip(runs[0]["texts"], tf_texts))
             print(f"{engine}: {agree}/{len(tf_texts)} translations = TensorFlow's")
+    harness.write_json(
+        args.json, "bench_engines", rows, "sentences/s", "tensorflow", summary=summary
+    )
     print(json.dumps(summary))
 
 

@@ -110,7 +110,7 @@ import time
 from benchkit import harness
 from benchkit.fit import report
 from benchkit.fit.children import child_autofit, child_steps
-from benchkit.fit.memory import CHILD_ENV, MIB, logged_allocator
+from benchkit.memory import CHILD_ENV, MIB, logged_allocator
 from benchkit.peers import opennmt
 
 CONFIGS = ("t2t_f32", "t2t_recompute", "keras_f32", "opennmt")

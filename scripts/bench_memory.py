@@ -19,7 +19,7 @@ vocab x tokens, do not), vocabulary --vocab_size (8000) on the built-in
 algorithmic_reverse problem (--num_symbols = vocab - 2, sequence lengths
 --min_length..--max_length), token-bucketed by the trainer's pipeline
 (builds.fixed_batches; batch_size = b or n*b, padding included). The run is
-built by the trainer's build_training (builds.build_seeded_run), same seed everywhere.
+built by the trainer's build_training (builds.build_seeded_parts), same seed everywhere.
 
 Each child reports:
 
@@ -73,8 +73,8 @@ import time
 from benchkit import builds, harness
 from benchkit.accumulation_memory import print_accumulation_costs
 from benchkit.memory import (
+    reset_peak,
     reset_rss_peak,
-    reset_tf_peak,
     status_mib,
     tf_memory,
     variable_mib,
@@ -83,7 +83,6 @@ from benchkit.memory import (
 from t2t_lite.data.problems import AlgorithmicReverse
 
 CONFIGS = ("b_n8", "nb_n1", "b_n1")
-MIB = 2**20
 
 
 def parse_args(argv):
@@ -149,7 +148,8 @@ def shape(args, config):
 
 
 def build(args, config):
-    """(run, batches): the fixed batches first, then the run (build_training)."""
+    """(parts, batches): the fixed batches first, then the training parts
+    (build_training)."""
     tokens, n, count = shape(args, config)
     hp = builds.hparams(
         args.hparams_set,
@@ -167,22 +167,22 @@ def build(args, config):
     batches, _ = builds.fixed_batches(problem, hp, count, args.seed)
     vocab_size = problem.vocab_size
     del problem  # its generated arrays
-    run = builds.build_seeded_run(hp, vocab_size, count, args.seed)
+    parts = builds.build_seeded_parts(hp, vocab_size, count, args.seed)
     gc.collect()
-    return run, batches
+    return parts, batches
 
 
 def child(args):
     started = time.perf_counter()
-    run, batches = build(args, args.child)
-    step = run.step
+    parts, batches = build(args, args.child)
+    step = parts.step
     accumulator = step.accumulator
     result = {
         "config": args.child,
         "batch_tokens": shape(args, args.child)[0],
         "n": step.n,
         "batches": [list(b["targets"].shape) for b in batches],
-        "trainable_mib": variable_mib(run.model.trainable_variables),
+        "trainable_mib": variable_mib(parts.model.trainable_variables),
         "accumulator_mib": variable_mib(accumulator.variables) if accumulator else 0,
         "baseline_rss": status_mib("VmRSS"),
         "baseline_hwm": status_mib("VmHWM"),
@@ -193,8 +193,8 @@ def child(args):
     micro, updates = [], []
     for i, batch in enumerate(batches):
         before = tf_memory()
-        reset_tf_peak()
-        step.train_on(batch, step.is_update_micro_step(i))
+        reset_peak()
+        builds.micro_step(step, batch, i)
         after = tf_memory()
         micro.append(
             {

@@ -222,7 +222,7 @@ def bench_pipeline(problem, data_dir, args):
 def build_step(hparams_set, vocab_size, args):
     """The trainer's own TrainStep (build_training), n=1."""
     hp = build_hparams(hparams_set, args)
-    return builds.build_seeded_run(hp, vocab_size, 100000, args.seed).step
+    return builds.build_seeded_parts(hp, vocab_size, 100000, args.seed).step
 
 
 def _total(value):
@@ -249,9 +249,7 @@ def _timed(step, batches, first_step):
         waited += time.perf_counter() - before
         if batch is None:
             break
-        tokens += _total(
-            step.train_on(batch, step.is_update_micro_step(first_step + i))["tokens"]
-        )
+        tokens += _total(builds.micro_step(step, batch, first_step + i)["tokens"])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return tokens / wall, 1000.0 * cpu / tokens, 100.0 * waited / wall
 
@@ -264,7 +262,7 @@ def bench_training(problem, data_dir, args, hparams_set, steps, rounds=3):
     live = iter(training_dataset(problem, data_dir, args))
     fixed = [next(live) for _ in range(steps)]
     for i in range(3):  # trace once, let oneDNN build its kernels
-        step.train_on(next(live), step.is_update_micro_step(i))
+        builds.micro_step(step, next(live), i)
     done, runs = [3], {"fixed": [], "live": []}
 
     def run_one(kind, _):

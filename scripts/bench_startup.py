@@ -1,7 +1,7 @@
-"""What a fresh process pays before its first update: building the run and the
-first call of each compiled function (its trace and graph
-optimization), with t2t_lite's functions compiled as they are (without AutoGraph,
-t2t_lite/graph.py) and with AutoGraph on, side by side.
+"""What a fresh process pays before its first update: building the training parts
+and the first call of each compiled function (its trace and graph optimization),
+with t2t_lite's functions compiled as they are (without AutoGraph, t2t_lite/graph.py)
+and with AutoGraph on, side by side.
 
 Each configuration runs in a fresh process, interleaved over rounds; the child
 prints one JSON line of seconds; "process" is its whole life (TensorFlow's
@@ -47,7 +47,7 @@ def child(args):
     out = {}
     hp = builds.hparams(args.hparams_set, optimizer_multistep_accumulate_steps=2)
     began = time.perf_counter()
-    run = builds.build_seeded_run(hp, vocab_size=1000, train_steps=100, seed=1)
+    parts = builds.build_seeded_parts(hp, vocab_size=1000, train_steps=100, seed=1)
     out["build"] = time.perf_counter() - began
     rng = np.random.default_rng(0)
     batch = {
@@ -55,15 +55,15 @@ def child(args):
         for key in ("inputs", "targets")
     }
     for name, call in (
-        ("accumulate", lambda: run.step.accumulate(batch)),
-        ("update", lambda: run.step.accumulate_and_update(batch)),
-        ("evaluate", lambda: Evaluator(run.model, 0.1)._step(batch)),
+        ("accumulate", lambda: parts.step.accumulate(batch)),
+        ("update", lambda: parts.step.accumulate_and_update(batch)),
+        ("evaluate", lambda: Evaluator(parts.model, 0.1)._step(batch)),
     ):
         began = time.perf_counter()
         tf.nest.map_structure(lambda t: t.numpy(), call())
         out[name] = time.perf_counter() - began
     began = time.perf_counter()
-    run.step.accumulate(batch)["loss_sum"][0].numpy()
+    parts.step.accumulate(batch)["loss_sum"][0].numpy()
     out["accumulate_again"] = time.perf_counter() - began
     print(json.dumps(out))
 

@@ -86,7 +86,7 @@ def translation_batches(hp, count, seed=1):
 
 
 def child(args):
-    """Builds the run, traces on every batch shape, then times `steps` micro-steps;
+    """Builds the training parts, traces on every batch shape, then times `steps` micro-steps;
     prints one JSON line."""
     from benchkit import builds
 
@@ -98,19 +98,17 @@ def child(args):
     if args.overrides:
         overrides += "," + args.overrides
     hp = builds.hparams("transformer_base", overrides)
-    run = builds.build_seeded_run(hp, VOCAB, train_steps=10**6, seed=1)
+    parts = builds.build_seeded_parts(hp, VOCAB, train_steps=10**6, seed=1)
     batches = translation_batches(hp, args.batches)
     tokens = [builds.non_pad_tokens(b) for b in batches]
     step = 0
     for batch in batches:  # trace once, warm up
-        run.step.train_on(batch, run.step.is_update_micro_step(step))
+        builds.micro_step(parts.step, batch, step)
         step += 1
     began = time.perf_counter()
     done_tokens = 0
     for i in range(args.steps):
-        out = run.step.train_on(
-            batches[i % len(batches)], run.step.is_update_micro_step(step)
-        )
+        out = builds.micro_step(parts.step, batches[i % len(batches)], step)
         done_tokens += tokens[i % len(batches)]
         step += 1
     float(out["loss_sum"][0])  # wait for the last step
@@ -121,13 +119,13 @@ def child(args):
         "ms_per_micro_step": 1e3 * seconds / args.steps,
     }
     if args.op_stats:
-        report["op_stats_ms"] = op_stats(run, batches, step)
+        report["op_stats_ms"] = op_stats(parts, batches, step)
     if args.noise_ops:
-        report["noise_ops_ms"] = noise_ops_ms(run, batches)
+        report["noise_ops_ms"] = noise_ops_ms(parts, batches)
     print(json.dumps(report))
 
 
-def noise_ops_ms(run, batches, repeats=20):
+def noise_ops_ms(parts, batches, repeats=20):
     """ms per micro-step of the ops the gradient noise scale adds (the micro-batch
     gradient's squared norm, on the real gradients of each batch), timed in the
     same process as the step: their share of a step, free of the few-percent
@@ -138,7 +136,7 @@ def noise_ops_ms(run, batches, repeats=20):
 
     total = 0.0
     for batch in batches:
-        gradients, _, tokens = tf.function(run.step._gradients)(batch)
+        gradients, _, tokens = tf.function(parts.step._gradients)(batch)
         # Called only within this iteration, so the loop variables are the ones meant.
         norm = tf.function(lambda: NoiseScale.micro_batch(gradients, tokens)[0])  # noqa: B023
         float(norm())  # trace
@@ -150,15 +148,11 @@ def noise_ops_ms(run, batches, repeats=20):
     return 1e3 * total / len(batches)
 
 
-def op_stats(run, batches, step, top=14):
+def op_stats(parts, batches, step, top=14):
     """{op type: self ms per micro-step} over one pass of `batches` (TF profiler)."""
     from benchkit import profiler
 
-    def steps():
-        for i, batch in enumerate(batches):
-            run.step.train_on(batch, run.step.is_update_micro_step(step + i))
-
-    totals = profiler.op_type_stats(steps, len(batches))
+    totals, _ = profiler.step_op_stats(parts.step, batches, step, warm_up=False)
     if totals is None:
         return {}
     return {name: round(1e3 * s, 2) for name, s in totals.most_common(top)}
@@ -184,6 +178,7 @@ def parse_args(argv):
         default="",
         help="LABEL=HPARAMS;...: hparam overrides, one configuration each",
     )
+    harness.add_json_flag(p)
     p.add_argument("--overrides", default="", help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
@@ -223,12 +218,13 @@ def main(argv):
         results[config].append(harness.last_json(out))
 
     harness.interleave(configs, args.rounds, run_one, label="bench_step")
-    report(configs, results)
+    report(configs, results, args.json)
 
 
-def report(configs, results):
+def report(configs, results, json_path=""):
     """The harness's table of tokens/s (ratio to the first config), then each
-    config's op table and noise-scale share when they were asked for."""
+    config's op table and noise-scale share when they were asked for; the rows (and
+    the summary) to `json_path` too, if given."""
     labels = {config: f"{config[0]} {config[2]}" for config in configs}
     measured = {
         labels[c]: [r["tokens_per_second"] for r in results[c]] for c in configs
@@ -260,6 +256,9 @@ def report(configs, results):
                 + f" = {100 * share:.2f}% of the micro-step (median)"
             )
             summary[label]["noise_ops_share"] = share
+    harness.write_json(
+        json_path, "bench_step", rows, "tokens/s", baseline, summary=summary
+    )
     print(json.dumps(summary))
 
 

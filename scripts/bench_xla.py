@@ -178,20 +178,20 @@ def padded_elements(batches):
 
 
 def build(hp, vocab_size, seed, jit_compile):
-    """build_training after seeding, as builds.build_seeded_run does (plus jit_compile)."""
+    """build_training after seeding, as builds.build_seeded_parts does (plus jit_compile)."""
     keras.utils.set_random_seed(seed)
     return build_training(
         hp, vocab_size=vocab_size, train_steps=10**6, jit_compile=jit_compile
     )
 
 
-def one_pass(run, batches, start):
+def one_pass(parts, batches, start):
     """Feeds every batch as micro-steps start, start+1, ...; returns seconds (synced
     once, at the end)."""
     began = time.perf_counter()
     out = None
     for i, batch in enumerate(batches):
-        out = run.step.train_on(batch, run.step.is_update_micro_step(start + i))
+        out = builds.micro_step(parts.step, batch, start + i)
     float(out["loss_sum"][0])
     return time.perf_counter() - began
 

@@ -216,17 +216,12 @@ def pipeline_interference(trainer, chunks, chunk_steps, start_step):
                 if source == "live pipeline":
                     consumed.append(next(iterator))
                 t0 = time.perf_counter()
-                micro_step(trainer, consumed[i], step)
+                builds.micro_step(trainer.step, consumed[i], step)
                 calls.append(1e3 * (time.perf_counter() - t0))
                 step += 1
             if chunk:
                 times[source].append(statistics.median(calls))
     return times
-
-
-def micro_step(trainer, batch, step):
-    """Micro-step `step` of the trainer's fixed-n run (updates when it closes a window)."""
-    return trainer.step.train_on(batch, trainer.step.is_update_micro_step(step))
 
 
 def op_type_stats(trainer, steps, start_step):
@@ -236,14 +231,7 @@ def op_type_stats(trainer, steps, start_step):
     iterator = iter(trainer.dataset("train", training=True, seed=3))
     batches = [next(iterator) for _ in range(steps)]
     del iterator
-    for i, batch in enumerate(batches):  # warm up on these shapes
-        micro_step(trainer, batch, start_step + i)
-
-    def run_steps():
-        for i, batch in enumerate(batches):
-            micro_step(trainer, batch, start_step + steps + i)
-
-    return profiler.op_type_stats(run_steps, steps)
+    return profiler.step_op_stats(trainer.step, batches, start_step)[0]
 
 
 def pipeline_alone(trainer, batches):

@@ -1,9 +1,10 @@
 """Runs, models and data built the trainer's way, for the benchmarks in scripts/.
 
-- `hparams()`, `build_seeded_run()`, `build_seeded_model()`: runs and models built as
-  the trainer builds them (`t2t_lite.training.opening.build.build_training`,
+- `hparams()`, `build_seeded_parts()`, `build_seeded_model()`: training parts and
+  models built as the trainer builds them (`t2t_lite.training.opening.build.build_training`,
   `t2t_lite.models.factory.build_model`), never re-assembled by hand, and seeded, so
   that two configurations built with the same seed start from the same weights.
+- `micro_step()`: one micro-step driven as the loop drives it.
 - `fixed_batches()`: micro-batches drawn once from a problem's real token-batched
   pipeline, so that every configuration consumes the same data.
 - `train_numbers_model()`: the small translation model bench_decoding.py,
@@ -23,8 +24,16 @@ from t2t_lite.data.numbers_problem import TranslateNumbersEnFr
 from t2t_lite.data.pipeline import batches_from_hparams
 from t2t_lite.models.factory import build_model, example_features
 from t2t_lite.registry import HPARAMS_SETS, MODELS
-from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
-from t2t_lite.training.opening.build import build_training
+
+try:
+    from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
+    from t2t_lite.training.opening.build import build_training
+except ImportError:
+    # A copy of the package from before the run-related renames, which
+    # bench_step.py --packages measures side by side with the current one.
+    from t2t_lite.training.loop.trainer import RunConfig as TrainerOptions
+    from t2t_lite.training.loop.trainer import Trainer
+    from t2t_lite.training.opening.build import build_run as build_training
 
 
 def batch_signature():
@@ -47,19 +56,23 @@ def hparams(hparams_set, overrides="", **values):
     return HPARAMS_SETS.get(hparams_set)().parse(overrides).override(**values)
 
 
-def build_seeded_run(hp, vocab_size, train_steps, seed, strategy=None):
-    """`build_training` (model, schedule, optimizer, TrainStep) after seeding everything,
-    so two configurations built with the same seed start from the same weights."""
+def build_seeded_parts(hp, vocab_size, train_steps, seed, **options):
+    """`build_training`'s TrainingParts (model, schedule, optimizer, TrainStep) after
+    seeding everything, so two configurations built with the same seed start from
+    the same weights. `options` go to build_training (strategy, jit_compile)."""
     keras.utils.set_random_seed(seed)
-    return build_training(
-        hp, vocab_size=vocab_size, train_steps=train_steps, strategy=strategy
-    )
+    return build_training(hp, vocab_size=vocab_size, train_steps=train_steps, **options)
 
 
 def build_seeded_model(hp, vocab_size, seed, model="transformer"):
     """A registered model with its variables created (`build_model`), seeded."""
     keras.utils.set_random_seed(seed)
     return build_model(MODELS.get(model), hp, vocab_size)
+
+
+def micro_step(step, batch, i):
+    """Micro-step `i` of a fixed plan on `batch`, as the loop drives it: its outputs."""
+    return step.train_on(batch, step.is_update_micro_step(i))
 
 
 # --- data ----------------------------------------------------------------------------

@@ -23,3 +23,15 @@ class CountingReduction(tf.distribute.ReductionToOneDevice):
         self.groups += 1
         self.tensors += len(value_destination_pairs)
         return super().batch_reduce(reduce_op, value_destination_pairs, options)
+
+
+def traced_collectives(step, batch, counter):
+    """{compiled function: (all-reduce groups, tensors)} that tracing a TrainStep's
+    two compiled functions on `batch` hands to `counter` (its strategy's
+    CountingReduction)."""
+    counts = {}
+    for name in ("accumulate", "accumulate_and_update"):
+        counter.groups = counter.tensors = 0
+        getattr(step, name).get_concrete_function(batch)
+        counts[name] = (counter.groups, counter.tensors)
+    return counts

@@ -225,7 +225,8 @@ def last_json(stdout):
 def run_t2t(program, *flags, log=None):
     """Runs `python -m t2t_lite.bin.<program> flags` from the repository root (it
     works before `pip install` has made the console scripts), its stderr kept in
-    `log`; stops the script if it fails. Returns its stdout."""
+    `log`. Returns its stdout; a failure raises, as in run_python, with the end of
+    its stderr."""
     command = [sys.executable, "-m", f"t2t_lite.bin.{program}", *flags]
     result = subprocess.run(
         command, check=False, cwd=ROOT, capture_output=True, text=True
@@ -234,5 +235,8 @@ def run_t2t(program, *flags, log=None):
         with open(log, "w") as f:
             f.write(result.stderr)
     if result.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(command)} exited with {result.returncode}:\n"
+            + result.stderr[-3000:]
+        )
     return result.stdout

@@ -1,4 +1,5 @@
-"""The TF profiler's time per op type, for bench_step.py and profile_train_step.py,
+"""The TF profiler's time per op type (of any steps, or of TrainStep micro-steps),
+for bench_step.py and profile_train_step.py,
 and profile_train_step.py's Python profilers (pyinstrument, cProfile)."""
 
 import collections
@@ -37,6 +38,24 @@ def op_type_stats(run_steps, steps):
         cells = dict(zip(ids, [c.get("v") if c else None for c in row["c"]]))
         totals[cells["type"]] += cells["total_self_time"] * 1e-6 / steps
     return totals
+
+
+def step_op_stats(step, batches, first_step, warm_up=True):
+    """op_type_stats of one pass of micro-steps over `batches` (a TrainStep's,
+    numbered from `first_step`), after a warm-up pass on the same shapes (skip it
+    when they are traced already). Returns (stats or None, the next step number)."""
+    from benchkit import builds
+
+    if warm_up:
+        for batch in batches:
+            builds.micro_step(step, batch, first_step)
+            first_step += 1
+
+    def run_steps():
+        for i, batch in enumerate(batches):
+            builds.micro_step(step, batch, first_step + i)
+
+    return op_type_stats(run_steps, len(batches)), first_step + len(batches)
 
 
 def print_op_type_stats(totals, top=12):

@@ -9,8 +9,8 @@ import time
 
 from benchkit import builds
 from benchkit.fit.configs import batch_of, build_config, step_record
-from benchkit.fit.memory import GB
 from benchkit.fit.search import prediction, search
+from benchkit.memory import GB
 from benchkit.peers.t2t_session import t2t_hparams
 
 
@@ -114,9 +114,11 @@ def child_autofit(args, name):
     )
     # The probe runs on the run itself, built with one sentence per micro-batch.
     provisional = hp.copy().override(batch_size=args.length + 1)
-    run = builds.build_seeded_run(provisional, spec["vocab_size"], 100000, spec["seed"])
+    parts = builds.build_seeded_parts(
+        provisional, spec["vocab_size"], 100000, spec["seed"]
+    )
     found = probe_batch_size(
-        run,
+        parts,
         memory_budget_gb=args.budget_gb,
         headroom=0.1,
         tokens_per_update=largest_micro_batch(hp, 1),

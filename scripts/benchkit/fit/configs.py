@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchkit import builds
-from benchkit.fit.memory import allocator, optimizer_parts, reset_peak, variable_bytes
+from benchkit.memory import allocator, optimizer_parts, reset_peak, variable_bytes
 from benchkit.peers import corpus
 from benchkit.peers.keras_peer import KerasSession, keras_examples
 from benchkit.peers.t2t_session import t2t_hparams
@@ -46,13 +46,15 @@ class T2TConfig:
         hp = t2t_hparams(spec, "float32").override(
             recompute_grad=name == "t2t_recompute"
         )
-        self.run = builds.build_seeded_run(hp, spec["vocab_size"], 100000, spec["seed"])
-        self.step = self.run.step
+        self.parts = builds.build_seeded_parts(
+            hp, spec["vocab_size"], 100000, spec["seed"]
+        )
+        self.step = self.parts.step
 
     def state(self):
-        slots, _, other = optimizer_parts(self.run.optimizer)
+        slots, _, other = optimizer_parts(self.parts.optimizer)
         return {
-            "weights": variable_bytes(self.run.model.trainable_variables),
+            "weights": variable_bytes(self.parts.model.trainable_variables),
             "slots": variable_bytes(slots),
             "accumulators": variable_bytes(self.step.accumulator.variables),
             "optimizer_other": variable_bytes(other),

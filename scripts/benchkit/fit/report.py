@@ -6,7 +6,7 @@ import os
 import statistics
 
 from benchkit import harness
-from benchkit.fit.memory import ALLOCATORS, GB, MIB, mib
+from benchkit.memory import ALLOCATORS, GB, MIB, mib
 from benchkit.peers import opennmt
 
 

@@ -4,13 +4,11 @@ built the trainer's way (build_training), trained on in-memory batches."""
 import inspect
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from benchkit import builds
 from benchkit.peers.corpus import target_tokens
-from t2t_lite.training.opening.build import build_training
 
 DTYPES = {"t2t_f32": "float32", "t2t_bf16": "bfloat16", "t2t_xla": "float32"}
 
@@ -40,19 +38,20 @@ class T2TSession:
 
     def __init__(self, name, spec, batches):
         hp = t2t_hparams(spec, DTYPES[name])
+        options = {}
         if name == "t2t_xla":
-            if "jit_compile" not in inspect.signature(build_training).parameters:
+            if "jit_compile" not in inspect.signature(builds.build_training).parameters:
                 raise RuntimeError(
                     "unavailable: build_training has no jit_compile keyword"
                 )
-            keras.utils.set_random_seed(spec["seed"])
-            run = build_training(
-                hp, vocab_size=spec["vocab_size"], train_steps=100000, jit_compile=True
-            )
-        else:
-            run = builds.build_seeded_run(hp, spec["vocab_size"], 100000, spec["seed"])
-        self.step, self.micro_step = run.step, 0
-        self.params = int(sum(np.prod(v.shape) for v in run.model.trainable_variables))
+            options["jit_compile"] = True
+        parts = builds.build_seeded_parts(
+            hp, spec["vocab_size"], 100000, spec["seed"], **options
+        )
+        self.step, self.micro_step = parts.step, 0
+        self.params = int(
+            sum(np.prod(v.shape) for v in parts.model.trainable_variables)
+        )
         self.batches = [{k: tf.constant(v) for k, v in b.items()} for b in batches]
         self.tokens = [target_tokens([b]) for b in batches]
         self.n = spec["accumulate_steps"]
@@ -64,9 +63,7 @@ class T2TSession:
         updates), timed."""
         start = time.perf_counter()
         for batch in self.batches[:count]:
-            out = self.step.train_on(
-                batch, self.step.is_update_micro_step(self.micro_step)
-            )
+            out = builds.micro_step(self.step, batch, self.micro_step)
             self.micro_step += 1
         float(tf.nest.flatten(out)[0])  # on CPU a call returns when done; to be sure
         seconds = time.perf_counter() - start

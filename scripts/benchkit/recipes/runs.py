@@ -34,6 +34,7 @@ import time
 
 import tensorflow as tf
 
+from benchkit import harness
 from t2t_lite import registrations  # noqa: F401  (registers problems, models, sets)
 from t2t_lite.decoding.decoder import decode_hparams
 from t2t_lite.decoding.loading import restore_model
@@ -257,11 +258,12 @@ def prepare_data(args):
         problem = args.problem
         data_dir = os.path.join(args.work_dir, f"data-{problem}")
     if not os.path.exists(os.path.join(data_dir, f"{problem}.manifest.json")):
-        command = [sys.executable, "-m", "t2t_lite.bin.datagen"]
-        command += [f"--problem={problem}", f"--data_dir={data_dir}", *flags]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode:
-            sys.exit(f"t2t-datagen failed:\n{result.stderr[-3000:]}")
+        harness.run_t2t(
+            "datagen",
+            f"--problem={problem}",
+            f"--data_dir={os.path.abspath(data_dir)}",
+            *flags,
+        )
     return problem, data_dir
 
 
