@@ -64,8 +64,12 @@ class ReplicaStep:
         # The GradientAccumulator, or None while windows hold one micro-batch: the
         # host creates it when a split micro-batch needs one (TrainStep._split).
         self.accumulator = None
-        if jit_compile:
-            self.gradients = graph_function(self.gradients, jit_compile=True)
+        # A function of its own, which both compiled step functions call, so that
+        # the model's forward and backward pass is traced once, not once for each:
+        # tracing the model is most of what a new run pays before its first update.
+        # TF inlines the call when it runs the graph; with jit_compile, XLA compiles
+        # it instead.
+        self.gradients = graph_function(self.gradients, jit_compile=jit_compile)
 
     def gradients(self, batch):
         """(gradients, loss sum, non-pad tokens) of this replica's micro-batch."""
