@@ -50,14 +50,14 @@ class ProgressHook:
         self.meter = None
 
     def begin(self, loop):
-        self.meter = ThroughputMeter(loop.start, self.trainer.config.train_steps)
+        self.meter = ThroughputMeter(loop.start, self.trainer.options.train_steps)
 
     def after_step(self, loop):
-        config, reporter = self.trainer.config, self.trainer.reporter
+        options, reporter = self.trainer.options, self.trainer.reporter
         self.meter.add(loop.out)
         done = loop.done
-        logging_now = done % config.log_steps == 0 or done == config.train_steps
-        saving = done % config.save_checkpoints_steps == 0
+        logging_now = done % options.log_steps == 0 or done == options.train_steps
+        saving = done % options.save_checkpoints_steps == 0
         if logging_now or saving or loop.stop.requested:
             reporter.check_divergence(done)
         if logging_now:
@@ -90,7 +90,7 @@ class SaveHook:
 
     def after_step(self, loop):
         trainer = self.trainer
-        if loop.done % trainer.config.save_checkpoints_steps == 0 or loop.stopping:
+        if loop.done % trainer.options.save_checkpoints_steps == 0 or loop.stopping:
             trainer.save()
             loop.saved_at = loop.done
         if loop.stopping:
@@ -102,7 +102,7 @@ class SaveHook:
             loop.finish(None)
 
     def at_end(self, loop):
-        if loop.saved_at != self.trainer.config.train_steps:
+        if loop.saved_at != self.trainer.options.train_steps:
             self.trainer.save()
 
 
@@ -115,7 +115,7 @@ class EvaluationHook:
         self.trainer = trainer
 
     def after_step(self, loop):
-        trainer, frequency = self.trainer, self.trainer.config.local_eval_frequency
+        trainer, frequency = self.trainer, self.trainer.options.local_eval_frequency
         if not frequency or loop.done % frequency:
             return
         loop.record = trainer.evaluate(stop=loop.stop)

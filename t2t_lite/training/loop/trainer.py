@@ -90,8 +90,8 @@ class Trainer(TrainerSetup):
     profilers' timers in scripts/. simulated_memory: see TrainerSetup.
     """
 
-    def __init__(self, config, hp, strategy=None, callbacks=(), simulated_memory=None):
-        super().__init__(config, hp, strategy, simulated_memory=simulated_memory)
+    def __init__(self, options, hp, strategy=None, callbacks=(), simulated_memory=None):
+        super().__init__(options, hp, strategy, simulated_memory=simulated_memory)
         self.hooks = default_hooks(self) + list(callbacks)
 
     def train(self):
@@ -109,7 +109,7 @@ class Trainer(TrainerSetup):
                 raise worker_lost(
                     e,
                     self.task,
-                    self.config.output_dir,
+                    self.options.output_dir,
                     self.workers,
                     int(self.step.micro_step),
                 ) from None
@@ -117,7 +117,7 @@ class Trainer(TrainerSetup):
 
     def _train(self):
         inputs, start = self.resume()
-        if start >= self.config.train_steps:
+        if start >= self.options.train_steps:
             logging.info("Already trained to step %d; evaluating only.", start)
             return self.evaluate(write=False)
         if self.eval_tracker.had_stopped_early():
@@ -127,7 +127,7 @@ class Trainer(TrainerSetup):
             )
             return self.evaluate(write=False)
         write_hparams_summary(
-            self.reporter.writer("train"), self.hp, self.config, start
+            self.reporter.writer("train"), self.hp, self.options, start
         )
         logging.info(simulation_line(self.hp, self.replicas, self.plan))
         self._warn_about_an_incomplete_window()
@@ -138,7 +138,7 @@ class Trainer(TrainerSetup):
             self.reporter.close()
 
     def _warn_about_an_incomplete_window(self):
-        train_steps = self.config.train_steps
+        train_steps = self.options.train_steps
         updates = self.plan.train_updates(train_steps)
         # A plan with state (an adaptive batch) cannot count its updates ahead.
         if updates != int(updates) and self.plan.state is None:
@@ -155,7 +155,7 @@ class Trainer(TrainerSetup):
         window's size is decided when it starts, training/step/train_step.py); the
         hooks do everything else."""
         self.notify("begin", loop)
-        step, train_steps, last_size = loop.start, self.config.train_steps, None
+        step, train_steps, last_size = loop.start, self.options.train_steps, None
         for size, first in self.step.windows(self._decided):
             if size != last_size and not self.plan.constant:
                 self.reporter.window_size(step, size, last_size)

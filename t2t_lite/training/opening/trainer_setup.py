@@ -1,6 +1,6 @@
 """Opening a training run: everything a run is built from, apart from running it.
 
-`TrainerSetup(config, hp, strategy)` looks up the names, loads the problem, guards the run
+`TrainerSetup(options, hp, strategy)` looks up the names, loads the problem, guards the run
 directory, seeds, builds model/schedule/optimizer/train step (training/opening/build.py),
 evaluators, the checkpoint keeper and the logs, and offers what the loop and the
 tests do with them: restore, save, evaluate, datasets. training/loop/trainer.py adds the
@@ -60,11 +60,11 @@ class TrainerSetup:
     events (training/loop/hooks.py); `notify` calls them.
     """
 
-    def __init__(self, config, hp, strategy=None, hooks=(), simulated_memory=None):
-        """config: a TrainerOptions (checked when built); hp: validated hparams
+    def __init__(self, options, hp, strategy=None, hooks=(), simulated_memory=None):
+        """options: a TrainerOptions (checked when built); hp: validated hparams
         (bin/trainer.py's build_hparams parses and checks them). simulated_memory:
         a training/out_of_memory.SimulatedMemory (tests and benchmarks)."""
-        self.config, self.hooks = config, list(hooks)
+        self.options, self.hooks = options, list(hooks)
         # hparams as given (hparams.json); self.hp has batch_size=0 (auto) resolved.
         self.given_hp = self.hp = hp
         self.stopped_by = None  # the signal's name when a SIGTERM/SIGINT ended train()
@@ -89,10 +89,10 @@ class TrainerSetup:
         self.n = self.plan.n if self.plan.constant else None  # None: windows vary
         # Best checkpoint, early stopping, elapsed time (reporting/eval_tracker.py):
         self.eval_tracker = EvalTracker(
-            config.output_dir,
-            config.eval_early_stopping_metric,
-            config.eval_early_stopping_metric_minimize,
-            config.eval_early_stopping_steps,
+            options.output_dir,
+            options.eval_early_stopping_metric,
+            options.eval_early_stopping_metric_minimize,
+            options.eval_early_stopping_steps,
             save=self.save,
             workers=self.workers,
         )
@@ -109,14 +109,14 @@ class TrainerSetup:
         self.checkpoints = CheckpointKeeper(
             self.checkpoint,
             self._checkpoint_dir(),
-            config.keep_checkpoint_max,
+            options.keep_checkpoint_max,
             self.model.trainable_variables,
-            keep_every_n_hours=config.keep_checkpoint_every_n_hours,
+            keep_every_n_hours=options.keep_checkpoint_every_n_hours,
             optional=OPTIONAL_CHECKPOINT_ITEMS,
         )
         # TensorBoard, log lines, skipped updates (reporting/reporter.py):
         self.reporter = Reporter(
-            config.output_dir, self.chief, self.parts, hp, self.checkpoints
+            options.output_dir, self.chief, self.parts, hp, self.checkpoints
         )
 
     # --- opening ------------------------------------------------------------------
@@ -124,51 +124,51 @@ class TrainerSetup:
     def _load_problem(self):
         """The problem with its data, and every name checked before anything is
         written: a test split if asked for, the model, the early-stopping metric."""
-        config = self.config
-        problem = PROBLEMS.get(config.problem)()
-        problem.load(config.data_dir or None)
-        self.eval_split = "test" if config.eval_use_test_set else "dev"
-        if config.eval_use_test_set:
+        options = self.options
+        problem = PROBLEMS.get(options.problem)()
+        problem.load(options.data_dir or None)
+        self.eval_split = "test" if options.eval_use_test_set else "dev"
+        if options.eval_use_test_set:
             problem.require_split("test")
-        MODELS.get(config.model)
+        MODELS.get(options.model)
         check_metric(
-            config.eval_early_stopping_metric,
-            bool(config.eval_bleu_sentences and problem.reports_bleu),
+            options.eval_early_stopping_metric,
+            bool(options.eval_bleu_sentences and problem.reports_bleu),
         )
         return problem
 
     def _guard_output_dir(self):
         """hparams.json, run.json and train_steps of an existing run must agree
         (outputs/run_files.py): a resume never mixes two different runs."""
-        config = self.config
-        run_files.prepare_output_dir(config.output_dir, self.given_hp)
+        options = self.options
+        run_files.prepare_output_dir(options.output_dir, self.given_hp)
         run_files.check_run_identity(
-            config.output_dir,
+            options.output_dir,
             run_identity(
-                config, self.problem, self.hp, self.n, self.replicas, self.auto_batch
+                options, self.problem, self.hp, self.n, self.replicas, self.auto_batch
             ),
             hints=identity_hints(self.hp, self.replicas),
         )
         check_train_steps_change(
-            config.output_dir,
-            run_files.record_train_steps(config.output_dir, config.train_steps),
-            config.train_steps,
+            options.output_dir,
+            run_files.record_train_steps(options.output_dir, options.train_steps),
+            options.train_steps,
             self.hp,
         )
 
     def _build(self, hp, plan=None):
         """The TrainingParts, seeded: the same initial weights and dropout generators
         whatever happened before in this process."""
-        if self.config.deterministic:
+        if self.options.deterministic:
             tf.config.experimental.enable_op_determinism()
-        keras.utils.set_random_seed(self.config.random_seed)
+        keras.utils.set_random_seed(self.options.random_seed)
         return build_training(
             hp,
             vocab_size=self.problem.vocab_size,
-            train_steps=self.config.train_steps,
-            model=self.config.model,
+            train_steps=self.options.train_steps,
+            model=self.options.model,
             strategy=self.strategy,
-            jit_compile=self.config.xla,
+            jit_compile=self.options.xla,
             plan=plan,
         )
 
@@ -177,10 +177,10 @@ class TrainerSetup:
         their own step probes the largest that fits (opening/auto_batch.py; the
         state is put back afterwards), and they are re-planned for it. A
         resume takes the micro-batch run.json recorded instead of probing."""
-        config = self.config
+        options = self.options
         if self.chief:  # other hparams are refused before the probe, writing nothing
-            run_files.check_hparams(config.output_dir, self.given_hp)
-        stored = run_files.read_run_file(config.output_dir).get("auto_batch")
+            run_files.check_hparams(options.output_dir, self.given_hp)
+        stored = run_files.read_run_file(options.output_dir).get("auto_batch")
         if stored is None and self.workers > 1:
             raise AutoBatchError(
                 "batch_size=0 (auto) probes the devices of one host; on several "
@@ -189,40 +189,40 @@ class TrainerSetup:
         provisional = self.hp.copy().override(batch_size=self.hp.max_length + 1)
         self.parts = self._build(provisional)
         if stored is not None:
-            found = AutoBatch.from_record(stored, config.output_dir)
+            found = AutoBatch.from_record(stored, options.output_dir)
             logging.info("%s (recorded in run.json when the run started)", found.line())
         else:
             found = probe_batch_size(
                 self.parts,
-                memory_budget_gb=config.memory_budget,
-                headroom=config.memory_headroom,
+                memory_budget_gb=options.memory_budget,
+                headroom=options.memory_headroom,
                 tokens_per_update=largest_micro_batch(self.hp, self.replicas),
                 simulated_memory=simulated_memory,
             )
             logging.info(found.line())
         self.hp = self.hp.copy().override(batch_size=found.batch_size)
-        replan(self.parts, self.hp, config.train_steps)
+        replan(self.parts, self.hp, options.train_steps)
         self.auto_batch = found
 
     def _bleu_evaluator(self):
         """BLEU at evaluation, on the chief, for problems with dev text."""
-        config = self.config
+        options = self.options
         if not (
-            config.eval_bleu_sentences and self.problem.reports_bleu and self.chief
+            options.eval_bleu_sentences and self.problem.reports_bleu and self.chief
         ):
             return None
         return BleuEvaluator(
             self.model,
             self.problem,
-            config.decode_hparams(),
-            config.eval_bleu_sentences,
+            options.decode_hparams(),
+            options.eval_bleu_sentences,
             max_input_length=self.hp.max_length or self.hp.batch_size,
             split=self.eval_split,
         )
 
     def _checkpoint_dir(self):
         path = run_files.worker_checkpoint_dir(
-            self.config.output_dir, worker_index(self.strategy)
+            self.options.output_dir, worker_index(self.strategy)
         )
         tf.io.gfile.makedirs(path)
         return path
@@ -248,7 +248,7 @@ class TrainerSetup:
 
     def restore(self):
         """Restores the newest readable checkpoint, if any; returns the global step.
-        Without one, a warm start (config.warm_start_from) loads model weights."""
+        Without one, a warm start (options.warm_start_from) loads model weights."""
         try:
             path = self.checkpoints.restore_newest_readable()
         except InputPipelineChanged as e:
@@ -266,10 +266,10 @@ class TrainerSetup:
             self.input_pipeline_changed = True
         if self.workers > 1:
             path = restore_common_step(self, path)
-        if path is None and self.config.warm_start_from:
+        if path is None and self.options.warm_start_from:
             warm_start(
                 self.model,
-                self.config.warm_start_from,
+                self.options.warm_start_from,
                 self.problem.vocab_fingerprint(),
             )
         # This run's replica count, not the restored checkpoint's:
@@ -341,12 +341,12 @@ class TrainerSetup:
             self.problem,
             self.hp,
             split,
-            data_dir=self.config.data_dir or None,
+            data_dir=self.options.data_dir or None,
             training=training,
             seed=seed,
             replica=replica,
             num_replicas=num_replicas,
-            pad_to_bucket=training and self.config.xla,
+            pad_to_bucket=training and self.options.xla,
         )
 
     def _replica_train_dataset(self, replica, num_replicas):
@@ -355,7 +355,7 @@ class TrainerSetup:
         return self.dataset(
             "train",
             training=True,
-            seed=self.config.random_seed + replica,
+            seed=self.options.random_seed + replica,
             replica=replica,
             num_replicas=num_replicas,
         )
@@ -377,7 +377,7 @@ class TrainerSetup:
         stopped = lambda: bool(stop and stop.requested)  # noqa: E731
         metrics = self.evaluator.evaluate(
             self.dataset(self.eval_split, training=False),
-            self.config.eval_steps,
+            self.options.eval_steps,
             should_stop=stopped,
             split=self.eval_split,
         )
@@ -394,7 +394,7 @@ class TrainerSetup:
         record.update(self.reporter.progress_record())
         if write:
             record.update(self.eval_tracker.track_best(record))
-            run_files.append_metrics(self.config.output_dir, record)
+            run_files.append_metrics(self.options.output_dir, record)
         self.reporter.evaluation(record, summaries=write)
         self.notify("on_evaluate", time.perf_counter() - started)
         return record
