@@ -133,7 +133,9 @@ def row(part, model, search, pair, lengths):
             "sents x reps": f"{n}x{len(cached)}",
             "1st call s c/u": f"{pair.first[True]:.1f}/{pair.first[False]:.1f}",
             "uncached sent/s": n / statistics.median(uncached),
-            "uncached spread": f"{harness.spread([n / t for t in uncached]):.1f}%",
+            "uncached spread": harness.percent(
+                harness.spread([n / t for t in uncached])
+            ),
             "speedup": statistics.median(u / c for c, u in zip(cached, uncached)),
             "identical": f"{'yes' if same == n else 'NO'} ({same}/{n})",
         }

@@ -20,7 +20,8 @@ def test_each_round_starts_one_config_later():
 
 def test_spread_is_range_over_median_in_percent():
     assert harness.spread([90.0, 100.0, 120.0]) == pytest.approx(30.0)
-    assert harness.spread([5.0]) == 0.0
+    assert harness.spread([5.0]) is None  # one measurement: no spread, shown as "-"
+    assert harness.percent(None) == "-" and harness.percent(12.34) == "12.3%"
 
 
 def test_ratio_is_the_median_of_per_round_ratios_not_a_ratio_of_medians():
@@ -56,7 +57,7 @@ def test_extra_columns_show_floats_as_numbers_and_none_as_a_dash():
     (row,) = harness.summary_rows({"a": [1.0]})
     row.update(ms=12.3456, share=0.123456, n=8, codes="[0, 0]", bleu=None)
     text = harness.markdown_table([row], "s", columns=("ms", "share", "n", "codes"))
-    assert text.splitlines()[2] == "| a | 1.00 | 0.0% | 12.3 | 0.123 | 8 | [0, 0] |"
+    assert text.splitlines()[2] == "| a | 1.00 | - | 12.3 | 0.123 | 8 | [0, 0] |"
     assert harness.cell(None) == "-" and harness.cell(1234.5) == "1234"
 
 
@@ -66,6 +67,6 @@ def test_a_table_of_single_measurements_says_so_in_its_note(capsys, monkeypatch)
     harness.print_table("T", rows, "loss", "float32", note="one run each")
     out = capsys.readouterr().out
     assert "ENV\n\nT\n(one run each)\n" in out and "round(s)" not in out
-    assert "| bfloat16 | 2.10 | 0.0% | 1.050x |" in out
+    assert "| bfloat16 | 2.10 | - | 1.050x |" in out
     harness.print_table("T", rows, "loss", "float32")
     assert "(1 round(s); spread" in capsys.readouterr().out

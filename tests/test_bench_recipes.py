@@ -95,7 +95,8 @@ def test_summary_times_to_the_reference_loss_and_equal_tokens():
     assert summary["recipes"]["broken"]["status"] == "error"
     text = recipe_report.markdown(summary)
     assert "**failed**: HParamsError: no x" in text
-    assert "| fixed4 | 1, 9* |" in text  # the noise table: the filler seed marked
+    # The noise table: the filler seed marked; spread (9 - 1) / median 5.
+    assert "| fixed4 | 1, 9* | 1, 9 | 160.0% |" in text
 
 
 def _args(**values):

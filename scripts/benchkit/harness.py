@@ -83,9 +83,10 @@ def median_ratio(values, baseline):
 
 
 def spread(values):
-    """(max - min) / median of a list of measurements, in percent (0 for one)."""
+    """(max - min) / median of a list of measurements, in percent; None for one
+    measurement, which has no spread to show (a table prints "-", not 0.0%)."""
     if len(values) < 2:
-        return 0.0
+        return None
     return 100 * (max(values) - min(values)) / statistics.median(values)
 
 
@@ -128,6 +129,11 @@ def number(value, digits=None):
     return f"{value:.{digits}f}"
 
 
+def percent(value):
+    """A spread as a table shows it: one decimal and %, None as "-"."""
+    return "-" if value is None else f"{value:.1f}%"
+
+
 def cell(value):
     """An extra column's cell: a float as `number` shows it, None as "-", anything
     else (a string, an int) as it is."""
@@ -150,7 +156,7 @@ def markdown_table(rows, unit, baseline=None, columns=()):
             cells = [row["config"], row["error"]]
             lines.append("| " + " | ".join(cells + [""] * (len(head) - 2)) + " |")
             continue
-        cells = [row["config"], number(row["median"]), f"{row['spread_percent']:.1f}%"]
+        cells = [row["config"], number(row["median"]), percent(row["spread_percent"])]
         if baseline:
             ratio = row["ratio"]
             cells.append("-" if ratio is None else f"{ratio:.3f}x")

@@ -20,6 +20,8 @@ Definitions:
 import itertools
 import statistics
 
+from benchkit import harness
+
 KEYS = ("train_seconds", "tokens_seen", "dev_loss", "bleu")
 END_KEYS = (
     "train_seconds",
@@ -282,13 +284,12 @@ def noise_table(summary):
         losses = [r["marks"][-1]["dev_loss"] for r in runs]
         bleus = [r["marks"][-1].get("bleu") for r in runs]
         seeds = [f"{r['seed']}{'*' if r['filler'] else ''}" for r in runs]
-        spread = 100 * (max(losses) - min(losses)) / statistics.median(losses)
         rows.append(
             [
                 name,
                 ", ".join(seeds),
                 ", ".join(_fmt(v) for v in losses),
-                f"{spread:.1f}%",
+                harness.percent(harness.spread(losses)),
                 ", ".join(_bleu(v) for v in bleus),
             ]
         )
