@@ -140,7 +140,7 @@ class PhaseTimer:
 
 def make_trainer(args, output_dir, timer):
     hp = builds.hparams(args.hparams_set, args.hparams)
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem=args.problem,
         model="transformer",
         output_dir=output_dir,
@@ -151,7 +151,7 @@ def make_trainer(args, output_dir, timer):
         log_steps=args.log_steps,
     )
     t0 = time.perf_counter()
-    trainer = Trainer(config, hp, callbacks=[timer])
+    trainer = Trainer(options, hp, callbacks=[timer])
     timer.add("start-up", time.perf_counter() - t0)
     timer.is_update = trainer.step.is_update_micro_step
     return trainer

@@ -39,14 +39,14 @@ def _hparams():
 
 
 def _trainer(output_dir, memory, train_steps, headroom):
-    config = TrainerOptions(
+    options = TrainerOptions(
         output_dir=str(output_dir),
         train_steps=train_steps,
         eval_steps=1,
         local_eval_frequency=0,
         memory_headroom=headroom,
     )
-    return Trainer(config, _hparams(), simulated_memory=memory)
+    return Trainer(options, _hparams(), simulated_memory=memory)
 
 
 @pytest.mark.slow
@@ -242,7 +242,7 @@ def test_a_memory_budget_bounds_the_micro_batch_on_a_cpu(tmp_path):
 def test_adaptive_alone_follows_the_fitted_micro_batch(tmp_path):
     """`adaptive` counts MIN and MAX in micro-batches: after the probe the plan
     starts at two fitted micro-batches, not two of the provisional one."""
-    config = TrainerOptions(
+    options = TrainerOptions(
         output_dir=str(tmp_path),
         train_steps=2,
         eval_steps=1,
@@ -251,7 +251,7 @@ def test_adaptive_alone_follows_the_fitted_micro_batch(tmp_path):
     )
     hp = transformer_test().override(batch_size=0, batch_size_schedule="adaptive")
     memory = SimulatedMemory(max_tokens=5 * 2 * MAX_LENGTH + 2 * MAX_LENGTH - 1)
-    trainer = Trainer(config, hp, simulated_memory=memory)
+    trainer = Trainer(options, hp, simulated_memory=memory)
     micro = trainer.hp.batch_size
     assert micro == 5 * (MAX_LENGTH + 1)  # the probe was not capped by the plan
     assert trainer.plan.minimum == 2 * micro and trainer.plan.target == 2 * micro

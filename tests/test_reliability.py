@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # every test trains and checkpoints real runs
 
 
 def _trainer(output_dir, train_steps, **overrides):
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem="algorithmic_reverse",
         model="transformer",
         output_dir=str(output_dir),
@@ -30,7 +30,7 @@ def _trainer(output_dir, train_steps, **overrides):
         log_steps=1000,
     )
     hp = transformer_test().override(optimizer_multistep_accumulate_steps=2)
-    return Trainer(config, hp.override(**overrides))
+    return Trainer(options, hp.override(**overrides))
 
 
 def _nan_like(variable):

@@ -27,7 +27,7 @@ def _trainer(output_dir, train_steps):
 
 
 def _trainer_with(output_dir, train_steps, hp):
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem="algorithmic_reverse",
         model="transformer",
         output_dir=str(output_dir),
@@ -37,7 +37,7 @@ def _trainer_with(output_dir, train_steps, hp):
         save_checkpoints_steps=1000,
         log_steps=1000,
     )
-    return Trainer(config, hp)
+    return Trainer(options, hp)
 
 
 TOTAL, STOP = 14, 6  # 6 % 4 == 2: the checkpoint is inside a window

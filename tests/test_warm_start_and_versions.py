@@ -20,7 +20,7 @@ from t2t_lite.training.opening import trainer_setup
 
 
 def _trainer(output_dir, train_steps, hp=None, problem="algorithmic_reverse", **kw):
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem=problem,
         model="transformer",
         output_dir=str(output_dir),
@@ -31,7 +31,7 @@ def _trainer(output_dir, train_steps, hp=None, problem="algorithmic_reverse", **
         log_steps=1000,
         **kw,
     )
-    return Trainer(config, hp or transformer_test())
+    return Trainer(options, hp or transformer_test())
 
 
 def _weights(model):

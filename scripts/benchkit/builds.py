@@ -129,7 +129,7 @@ def train_numbers_model(root, overrides="", train_steps=300):
         config=datagen.DatagenConfig(num_shards=2),
         log=lambda _: None,
     )
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem="translate_numbers_en_fr",
         model="transformer",
         output_dir=output_dir,
@@ -144,5 +144,5 @@ def train_numbers_model(root, overrides="", train_steps=300):
     hp = hparams(
         NUMBERS_HPARAMS_SET, ",".join(filter(None, [NUMBERS_HPARAMS, overrides]))
     )
-    record = Trainer(config, hp).train()
+    record = Trainer(options, hp).train()
     return data_dir, output_dir, record

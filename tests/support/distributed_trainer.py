@@ -70,7 +70,7 @@ class StopAt:
 
 
 def trainer(output_dir, train_steps, strategy, hp=None, callbacks=()):
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem="algorithmic_reverse",
         model="transformer",
         output_dir=output_dir,
@@ -80,7 +80,7 @@ def trainer(output_dir, train_steps, strategy, hp=None, callbacks=()):
         log_steps=1000,
         eval_steps=2,
     )
-    return Trainer(config, hp or hparams(), strategy=strategy, callbacks=callbacks)
+    return Trainer(options, hp or hparams(), strategy=strategy, callbacks=callbacks)
 
 
 def state(t):

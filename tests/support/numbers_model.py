@@ -23,7 +23,7 @@ def train_numbers_model(root):
         config=datagen.DatagenConfig(num_shards=2),
         log=lambda _: None,
     )
-    config = TrainerOptions(
+    options = TrainerOptions(
         problem="translate_numbers_en_fr",
         model="transformer",
         output_dir=output_dir,
@@ -38,5 +38,5 @@ def train_numbers_model(root):
     hp = HPARAMS_SETS.get("transformer_tiny_fake_gpu4")().parse(
         "optimizer_multistep_accumulate_steps=1,learning_rate_warmup_steps=100"
     )
-    record = Trainer(config, hp).train()
+    record = Trainer(options, hp).train()
     return data_dir, output_dir, record

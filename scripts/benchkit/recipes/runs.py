@@ -135,7 +135,7 @@ def _learning_rate(trainer):
         return None
 
 
-def run_config(spec, output_dir):
+def trainer_options(spec, output_dir):
     return TrainerOptions(
         problem=spec["problem"],
         data_dir=spec["data_dir"],
@@ -157,8 +157,8 @@ def train(spec):
     hp = build_hparams(spec["hparams_set"], spec["common_hparams"], spec["hparams"])
     marks_dir = os.path.join(spec["dir"], "marks")
     os.makedirs(marks_dir, exist_ok=True)
-    config = run_config(spec, os.path.join(spec["dir"], "run"))
-    trainer = Trainer(config, hp)
+    options = trainer_options(spec, os.path.join(spec["dir"], "run"))
+    trainer = Trainer(options, hp)
     clock = spec.get("clock", "wall")
     marks = ClockMarks(trainer, spec["mark_seconds"], marks_dir, clock)
     trainer.hooks.append(marks)
