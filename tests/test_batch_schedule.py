@@ -20,6 +20,7 @@ from support.window_reference import (
     hparams,
     ratio,
     split_into_windows,
+    start_weights,
 )
 
 import t2t_lite  # noqa: F401  (registers everything)
@@ -161,15 +162,6 @@ def test_t2t_trainer_refuses_a_bad_schedule_before_writing(
 WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
 
 
-@functools.cache
-def _start_weights():
-    return tuple(
-        build_training(
-            hparams("sgd"), vocab_size=VOCAB, train_steps=1
-        ).model.get_weights()
-    )
-
-
 def _micro_batches():
     return [
         {k: tf.constant(v) for k, v in b.items()}
@@ -182,7 +174,7 @@ def _run(optimizer):
         hparams(optimizer),
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
-        initial_weights=list(_start_weights()),
+        initial_weights=list(start_weights()),
     )
 
 
@@ -202,7 +194,7 @@ def test_a_ramp_equals_big_batches_of_its_windows(optimizer):
     reference = Reference(hparams(optimizer))
     numpy_micro = uneven_micro_batches(sum(WINDOWS), seed=3)
     weights, velocity = reference(
-        list(_start_weights()),
+        list(start_weights()),
         split_into_windows(numpy_micro, WINDOWS),
         optimizer,
         total_updates=len(WINDOWS),

@@ -16,7 +16,7 @@ from support.accumulation_helpers import (
     tolerance_ratio,
     uneven_micro_batches,
 )
-from support.window_reference import drive
+from support.window_reference import drive, start_weights
 
 from t2t_lite.training.step.out_of_memory import (
     MicroBatchTooLarge,
@@ -37,20 +37,10 @@ def batches():
 
 def trained(n, memory=None):
     hp = tiny_hparams(optimizer="momentum", optimizer_multistep_accumulate_steps=n)
-    model, step = build(hp, STEPS, initial_weights=WEIGHTS[n])
+    model, step = build(hp, STEPS, initial_weights=list(start_weights()))
     step.simulated_memory = memory
     drive(step, batches())
     return model, step
-
-
-WEIGHTS = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def initial_weights():
-    for n in (1, 2):
-        hp = tiny_hparams(optimizer="momentum", optimizer_multistep_accumulate_steps=n)
-        WEIGHTS[n] = build(hp, STEPS)[0].get_weights()
 
 
 @pytest.mark.slow

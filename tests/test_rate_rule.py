@@ -8,7 +8,6 @@ divided by the reference (unit "tokens"). Checked against a hand-written referen
 (tests/support/window_reference.py) over windows of 1, 1, 2, 2, 4, 4 micro-batches.
 """
 
-import functools
 import itertools
 
 import pytest
@@ -23,6 +22,7 @@ from support.window_reference import (
     hparams,
     ratio,
     split_into_windows,
+    start_weights,
 )
 
 import t2t_lite  # noqa: F401  (registers everything)
@@ -64,12 +64,6 @@ def _hand_rates(rule, unit, reference):
     return rates
 
 
-@functools.cache
-def _start_weights():
-    run = build_training(hparams("sgd"), vocab_size=VOCAB, train_steps=1)
-    return tuple(run.model.get_weights())
-
-
 def _micro_batches():
     return [
         {k: tf.constant(v) for k, v in b.items()}
@@ -109,7 +103,7 @@ def test_each_update_equals_a_big_batch_at_the_rate_of_its_tokens(
         hp,
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
-        initial_weights=list(_start_weights()),
+        initial_weights=list(start_weights()),
     )
     rates, trained = _drive_recording_rates(run.step, _micro_batches())
     expected = _hand_rates(rule, unit, reference)
@@ -118,7 +112,7 @@ def test_each_update_equals_a_big_batch_at_the_rate_of_its_tokens(
     assert all(a != pytest.approx(b) for a, b in itertools.pairwise(expected))
     assert trained == [sum(WINDOWS[:u]) * MICRO for u in range(len(WINDOWS))]
     weights, velocity = Reference(hp)(
-        list(_start_weights()),
+        list(start_weights()),
         split_into_windows(uneven_micro_batches(sum(WINDOWS), seed=5), WINDOWS),
         "momentum",
         total_updates=len(WINDOWS),
@@ -146,7 +140,7 @@ def test_a_resume_inside_a_window_keeps_the_rate_and_the_token_count(tmp_path):
             hp,
             vocab_size=VOCAB,
             train_steps=sum(WINDOWS),
-            initial_weights=list(_start_weights()),
+            initial_weights=list(start_weights()),
         )
 
     whole = fresh()
@@ -207,7 +201,7 @@ def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
         hp,
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
-        initial_weights=list(_start_weights()),
+        initial_weights=list(start_weights()),
     )
     optimizer, betas = run.optimizer, []
     fed, micro = 0, _micro_batches()
@@ -222,7 +216,7 @@ def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
     assert betas == [pytest.approx(b, rel=1e-6) for b in expected]
     rates = _hand_rates("sqrt", "updates", 0)
     weights, (m, v) = Reference(hp)(
-        list(_start_weights()),
+        list(start_weights()),
         split_into_windows(uneven_micro_batches(sum(WINDOWS), seed=5), WINDOWS),
         "adam",
         total_updates=len(WINDOWS),
@@ -241,7 +235,7 @@ def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
         ),
         vocab_size=VOCAB,
         train_steps=sum(WINDOWS),
-        initial_weights=list(_start_weights()),
+        initial_weights=list(start_weights()),
     )
     _drive_recording_rates(plain.step, _micro_batches())
     assert ratio([w.numpy() for w in plain.model.trainable_variables], weights) > 1
