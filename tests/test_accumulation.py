@@ -7,7 +7,6 @@ the learning rate is evaluated in updates with train_steps / n.
 
 import functools
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,6 +15,7 @@ from support.accumulation_helpers import (
     build,
     concatenate,
     run,
+    seeded_weights,
     tiny_hparams,
     tolerance_ratio,
     uneven_micro_batches,
@@ -24,14 +24,7 @@ from support.accumulation_helpers import (
 from t2t_lite.models.losses import token_loss
 
 UPDATES = 3
-
-
-@functools.cache
-def _start_weights():
-    """Fixed initial weights, so a failure reproduces exactly (built once; callers
-    only read them)."""
-    keras.utils.set_random_seed(20261129)
-    return tuple(build(tiny_hparams(), UPDATES)[0].get_weights())
+SEED = 20261129  # of the initial weights (seeded_weights)
 
 
 @functools.cache
@@ -39,7 +32,9 @@ def _train_accumulated(n, **overrides):
     """Weights after UPDATES updates of n micro-batches each, from _start_weights.
     Cached: a configuration several tests compare against trains once."""
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides)
-    model, step = build(hp, train_steps=n * UPDATES, initial_weights=_start_weights())
+    model, step = build(
+        hp, train_steps=n * UPDATES, initial_weights=seeded_weights(SEED)
+    )
     run(step, uneven_micro_batches(n * UPDATES))
     assert step.update_step == UPDATES
     assert step.micro_step == n * UPDATES
@@ -52,7 +47,7 @@ def _train_big_batch(n, **overrides):
     _train_accumulated)."""
     micro = uneven_micro_batches(n * UPDATES)
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=1, **overrides)
-    model, step = build(hp, train_steps=UPDATES, initial_weights=_start_weights())
+    model, step = build(hp, train_steps=UPDATES, initial_weights=seeded_weights(SEED))
     run(step, [concatenate(micro[u * n : (u + 1) * n]) for u in range(UPDATES)])
     assert step.update_step == UPDATES
     return tuple(model.get_weights())
@@ -61,7 +56,7 @@ def _train_big_batch(n, **overrides):
 def _train_mean_of_means(n, optimizer):
     """What T2T, Keras 3 and older HF do: average the micro-batches' mean losses."""
     hp = tiny_hparams(optimizer=optimizer)
-    model, step = build(hp, train_steps=UPDATES, initial_weights=_start_weights())
+    model, step = build(hp, train_steps=UPDATES, initial_weights=seeded_weights(SEED))
     micro = uneven_micro_batches(n * UPDATES)
     variables = model.trainable_variables
     for u in range(UPDATES):
@@ -90,7 +85,7 @@ def _as_model(weights):
 def test_accumulation_equals_big_batch(n, optimizer):
     accumulated = _train_accumulated(n, optimizer=optimizer)
     big = _train_big_batch(n, optimizer=optimizer)
-    assert tolerance_ratio(accumulated, _start_weights()) > 100  # it did train
+    assert tolerance_ratio(accumulated, seeded_weights(SEED)) > 100  # it did train
     assert tolerance_ratio(accumulated, big) < 1
 
 
@@ -99,7 +94,7 @@ def test_accumulation_equals_big_batch(n, optimizer):
 def test_every_registered_optimizer_accumulates_exactly(optimizer):
     accumulated = _train_accumulated(2, optimizer=optimizer)
     big = _train_big_batch(2, optimizer=optimizer)
-    assert tolerance_ratio(accumulated, _start_weights()) > 100  # it did train
+    assert tolerance_ratio(accumulated, seeded_weights(SEED)) > 100  # it did train
     assert tolerance_ratio(accumulated, big) < 1
 
 
@@ -149,7 +144,7 @@ def test_micro_steps_scatter_sparse_embedding_gradients():
 def test_clipping_threshold_is_below_the_gradient_norm():
     """Guards the test above: 0.05 must actually clip these gradients."""
     hp = tiny_hparams()
-    model = _as_model(_start_weights())
+    model = _as_model(seeded_weights(SEED))
     batch = {k: tf.constant(v) for k, v in concatenate(uneven_micro_batches(4)).items()}
     with tf.GradientTape() as tape:
         loss_sum, tokens = token_loss(

@@ -8,7 +8,6 @@ skips exactly that update and lowers the scale, and the run resumes mid-window e
 
 import functools
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,6 +16,7 @@ from support.accumulation_helpers import (
     build,
     concatenate,
     run,
+    seeded_weights,
     tiny_hparams,
     tolerance_ratio,
     uneven_micro_batches,
@@ -28,13 +28,7 @@ from t2t_lite.training.opening.build import build_training
 from t2t_lite.training.step.loss_scale import INITIAL_SCALE
 
 LOW_DTYPES = ("bfloat16", "float16")
-
-
-@functools.cache
-def _start_weights():
-    """Fixed initial weights, built once (callers only read them)."""
-    keras.utils.set_random_seed(20261130)
-    return tuple(build(tiny_hparams(), 4)[0].get_weights())
+SEED = 20261130  # of the initial weights (seeded_weights)
 
 
 def _hp(dtype, n=1, **overrides):
@@ -57,7 +51,7 @@ def _accumulated(dtype, optimizer):
     test reads the weights and update step recorded here, the state test then takes
     the run one (accumulate-only) micro-step further."""
     hp = _hp(dtype, n=N, optimizer=optimizer)
-    model, step = build(hp, N * UPDATES, initial_weights=_start_weights())
+    model, step = build(hp, N * UPDATES, initial_weights=seeded_weights(SEED))
     run(step, uneven_micro_batches(N * UPDATES))
     return model, step, tuple(model.get_weights()), step.update_step
 
@@ -85,7 +79,7 @@ def test_low_precision_trains(dtype):
     model, step = build(
         _hp(dtype, learning_rate_schedule="constant", learning_rate_constant=0.02),
         train_steps=12,
-        initial_weights=_start_weights(),
+        initial_weights=seeded_weights(SEED),
     )
 
     def loss():
@@ -126,7 +120,7 @@ def _relative_update_error(weights, reference, start):
     ],
 )
 def test_low_precision_accumulation_equals_big_batch(dtype, optimizer, tolerance):
-    start = _start_weights()
+    start = seeded_weights(SEED)
     micro = uneven_micro_batches(N * UPDATES)
     _, _, accumulated, update_step = _accumulated(dtype, optimizer)
     hp = _hp(dtype, optimizer=optimizer)
@@ -147,7 +141,7 @@ def test_float16_overflow_skips_exactly_that_update():
     """Window 1 overflows in its first micro-batch (a forced huge scale): the whole
     update is skipped, the scale halves, the overflow is counted apart from
     divergence; window 2's update then equals a clean run's first update."""
-    start, micro = _start_weights(), uneven_micro_batches(4)
+    start, micro = seeded_weights(SEED), uneven_micro_batches(4)
     forced = _float16_run(start)
     scale = forced.step.loss_scale
     scale.scale.assign(1e30)  # float16 gradients overflow to inf
@@ -170,7 +164,7 @@ def test_float16_overflow_skips_exactly_that_update():
 
 
 def test_float16_scale_grows_after_growth_interval():
-    run_ = _float16_run(_start_weights(), n=1)
+    run_ = _float16_run(seeded_weights(SEED), n=1)
     scale = run_.step.loss_scale
     scale.growth_interval = 2
     run_.step.recompile()  # growth_interval is read when the step is traced
@@ -182,13 +176,13 @@ def test_float16_resumes_mid_window_exactly(tmp_path):
     """Saved after micro-step 3 of 2-step windows (mid-window: accumulators hold
     scaled sums) and restored into a fresh run: same weights and scale as the saved
     run gets by going on uninterrupted, bitwise."""
-    start, micro = _start_weights(), uneven_micro_batches(6)
+    start, micro = seeded_weights(SEED), uneven_micro_batches(6)
     whole = _float16_run(start)
     run(whole.step, micro[:3])
     path = whole.checkpoint().save(str(tmp_path / "ckpt"))  # reads, changes nothing
     run(whole.step, micro[3:], start=3)
 
-    resumed = _float16_run(_start_weights())
+    resumed = _float16_run(seeded_weights(SEED))
     resumed.checkpoint().restore(path).assert_consumed()
     assert resumed.step.micro_step == 3
     run(resumed.step, micro[3:], start=3)

@@ -1,5 +1,8 @@
 """Shared builders for the accumulation tests: tiny models, uneven micro-batches."""
 
+import functools
+
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -67,6 +70,16 @@ def build(hp, train_steps, initial_weights=None, strategy=None):
         strategy=strategy,
     )
     return run.model, run.step
+
+
+@functools.cache
+def seeded_weights(seed):
+    """The tiny model's initial weights drawn from `seed`, built once per seed
+    (callers only read them). Unseeded, a build draws from the process's generator,
+    so a test's start, and with it whether float32 rounding near a ReLU's kink
+    leaves a tolerance, would depend on the tests that ran before it."""
+    keras.utils.set_random_seed(seed)
+    return tuple(build(tiny_hparams(), train_steps=1)[0].get_weights())
 
 
 def run(step, batches, start=0):

@@ -15,13 +15,10 @@ update. The reference's only shared parts are the model's forward pass and token
 class.
 """
 
-import functools
-
-import keras
 import numpy as np
 import tensorflow as tf
 
-from support.accumulation_helpers import VOCAB, tiny_hparams
+from support.accumulation_helpers import VOCAB, seeded_weights, tiny_hparams
 from t2t_lite.models.losses import token_loss
 from t2t_lite.training.opening.build import build_training
 
@@ -52,15 +49,10 @@ def hparams(optimizer, schedule=RAMP, replicas=1, **overrides):
     )
 
 
-@functools.cache
 def start_weights():
-    """The tests' initial weights, drawn from a fixed seed: an unseeded build draws
-    from the process's generator, so the start (and with it whether float32 rounding
-    tips a ReLU unit near its kink, enough to leave the tolerance) would depend on
-    which tests ran before in the same process. Callers only read them."""
-    keras.utils.set_random_seed(20261205)
-    model = build_training(hparams("sgd"), vocab_size=VOCAB, train_steps=1).model
-    return tuple(model.get_weights())
+    """The window tests' initial weights (seeded_weights: the same whatever ran
+    before in the process)."""
+    return seeded_weights(20261205)
 
 
 def drive(step, batches, stop_after=None, on_decision=None):
