@@ -10,6 +10,7 @@ without improvement must then stop the run at step 12 of 40.
 
 import json
 import os
+import shutil
 
 import pytest
 from support.cli_helpers import assert_user_error, run_cli, tiny_trainer_flags
@@ -99,8 +100,11 @@ def test_decoder_decodes_with_the_best_checkpoint(stopped_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_resume_remembers_the_best_and_the_stop(stopped_run):
-    out, _ = stopped_run
+def test_a_resume_remembers_the_best_and_the_stop(stopped_run, tmp_path):
+    # On a copy, which the other tests do not read; the copy must also name its
+    # own best checkpoint, not the original's.
+    out = str(tmp_path / "early")
+    shutil.copytree(stopped_run[0], out)
     again = run_cli(
         "trainer",
         *COMMON,

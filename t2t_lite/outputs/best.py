@@ -87,9 +87,13 @@ class BestCheckpoint:
             )
             if same and stored["global_step"] <= restored_step:
                 self.best = {
-                    k: stored[k]
-                    for k in ("value", "global_step", "update_step", "checkpoint")
+                    k: stored[k] for k in ("value", "global_step", "update_step")
                 }
+                # Where best/ is now: a run moved or copied elsewhere must not
+                # name its best checkpoint at the old place.
+                self.best["checkpoint"] = os.path.join(
+                    self.directory, os.path.basename(stored["checkpoint"])
+                )
                 return
         except (OSError, tf.errors.OpError, ValueError, KeyError, TypeError) as e:
             logging.warning("Ignoring unreadable %s (%s).", path, e)
