@@ -13,6 +13,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import random
 import shutil
 
 import pytest
@@ -26,6 +27,24 @@ from t2t_lite import registrations  # noqa: F401  (registers problems and sets)
 for _name in [n for n in os.environ if n.startswith(("SLURM_", "SLURMD_"))]:
     del os.environ[_name]
 os.environ.pop("TF_CONFIG", None)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shuffle",
+        type=int,
+        metavar="SEED",
+        help="run the files, and the tests within each file, in an order drawn from "
+        "SEED (instead of longest first): a test that passes only after, or only "
+        "before, certain others fails under some seed",
+    )
+
+
+def pytest_report_header(config):
+    seed = config.getoption("shuffle")
+    if seed is not None:
+        return f"test order shuffled with --shuffle={seed} (-n 0 replays it exactly)"
+    return None
 
 
 def pytest_configure(config):
@@ -77,8 +96,8 @@ LONGEST_FIRST = (
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: xdist may be absent
 def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadfile":
-        return None  # xdist's own scheduler
+    if config.getvalue("dist") != "loadfile" or config.getoption("shuffle") is not None:
+        return None  # xdist's own scheduler: files in collection order
     from xdist.scheduler import LoadFileScheduling
 
     def rank(scope):
@@ -99,11 +118,29 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
+    seed = config.getoption("shuffle")
+    if seed is not None:
+        items[:] = _shuffled(items, random.Random(seed))
     for item in items:
         if {"numbers_run", "two_worker_reference"} & set(
             getattr(item, "fixturenames", ())
         ):
             item.add_marker(pytest.mark.slow)
+
+
+def _shuffled(items, rng):
+    """`items` with their files in a random order and each file's tests shuffled
+    among themselves; the same for every pytest-xdist worker (same seed), as xdist
+    requires. Tests stay grouped by file, so --dist loadfile still runs a file on
+    one worker."""
+    files = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    groups = list(files.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    return [item for group in groups for item in group]
 
 
 @dataclasses.dataclass
