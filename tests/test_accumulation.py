@@ -29,8 +29,9 @@ SEED = 20261129  # of the initial weights (seeded_weights)
 
 @functools.cache
 def _train_accumulated(n, **overrides):
-    """Weights after UPDATES updates of n micro-batches each, from _start_weights.
-    Cached: a configuration several tests compare against trains once."""
+    """Weights after UPDATES updates of n micro-batches each, from
+    seeded_weights(SEED). Cached: a configuration several tests compare against
+    trains once."""
     hp = tiny_hparams(optimizer_multistep_accumulate_steps=n, **overrides)
     model, step = build(
         hp, train_steps=n * UPDATES, initial_weights=seeded_weights(SEED)

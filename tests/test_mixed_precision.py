@@ -47,9 +47,9 @@ N, UPDATES = 3, 3
 @functools.cache
 def _accumulated(dtype, optimizer):
     """(model, step, its weights, its update step) after UPDATES updates of N
-    micro-batches each, from _start_weights. Built once per setting: the equivalence
-    test reads the weights and update step recorded here, the state test then takes
-    the run one (accumulate-only) micro-step further."""
+    micro-batches each, from seeded_weights(SEED). Built once per setting: the
+    equivalence test reads the weights and update step recorded here, the state test
+    then takes the run one (accumulate-only) micro-step further."""
     hp = _hp(dtype, n=N, optimizer=optimizer)
     model, step = build(hp, N * UPDATES, initial_weights=seeded_weights(SEED))
     run(step, uneven_micro_batches(N * UPDATES))
