@@ -15,9 +15,11 @@ from support.cli_helpers import assert_user_error, run_cli, run_json_script
 from support.window_reference import (
     MICRO,
     RAMP,
+    WINDOWS,
     Reference,
     drive,
     hparams,
+    ramp_micro_batches,
     ratio,
     split_into_windows,
     start_weights,
@@ -159,14 +161,9 @@ def test_t2t_trainer_refuses_a_bad_schedule_before_writing(
 
 # --- exactness --------------------------------------------------------------------
 
-WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
-
 
 def _micro_batches():
-    return [
-        {k: tf.constant(v) for k, v in b.items()}
-        for b in uneven_micro_batches(sum(WINDOWS), seed=3)
-    ]
+    return ramp_micro_batches(seed=3)
 
 
 def _run(optimizer):

@@ -18,8 +18,10 @@ from support.window_reference import (
     CONSTANT,
     DECAY,
     MICRO,
+    WINDOWS,
     Reference,
     hparams,
+    ramp_micro_batches,
     ratio,
     split_into_windows,
     start_weights,
@@ -33,7 +35,6 @@ from t2t_lite.optim.schedule import BatchClock, schedule_from_hparams
 from t2t_lite.training.loop.trainer import simulation_line
 from t2t_lite.training.opening.build import build_training
 
-WINDOWS = [1, 1, 2, 2, 4, 4]  # window_reference.RAMP's first six windows
 EXPONENTS = {"sqrt": 0.5, "linear": 1.0}
 
 
@@ -65,10 +66,7 @@ def _hand_rates(rule, unit, reference):
 
 
 def _micro_batches():
-    return [
-        {k: tf.constant(v) for k, v in b.items()}
-        for b in uneven_micro_batches(sum(WINDOWS), seed=5)
-    ]
+    return ramp_micro_batches(seed=5)
 
 
 def _drive_recording_rates(step, batches):

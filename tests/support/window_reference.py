@@ -18,7 +18,12 @@ class.
 import numpy as np
 import tensorflow as tf
 
-from support.accumulation_helpers import VOCAB, seeded_weights, tiny_hparams
+from support.accumulation_helpers import (
+    VOCAB,
+    seeded_weights,
+    tiny_hparams,
+    uneven_micro_batches,
+)
 from t2t_lite.models.losses import token_loss
 from t2t_lite.training.opening.build import build_training
 
@@ -26,6 +31,7 @@ CONSTANT, MOMENTUM, DECAY = 0.5, 0.9, 100
 ADAM_EPSILON = 1e-3  # large enough that the update is not sign(m): ε matters
 MICRO = 64  # batch_size: the tokens one micro-batch stands for in the schedules
 RAMP = f"steps:0={MICRO},2={2 * MICRO},4={4 * MICRO}"  # windows of 1, 1, 2, 2, 4, 4…
+WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
 
 
 def hparams(optimizer, schedule=RAMP, replicas=1, **overrides):
@@ -47,6 +53,14 @@ def hparams(optimizer, schedule=RAMP, replicas=1, **overrides):
         optimizer_adam_epsilon=ADAM_EPSILON,
         **overrides,
     )
+
+
+def ramp_micro_batches(seed):
+    """uneven_micro_batches for WINDOWS, as tensors, ready for TrainStep.train_on."""
+    return [
+        {k: tf.constant(v) for k, v in b.items()}
+        for b in uneven_micro_batches(sum(WINDOWS), seed=seed)
+    ]
 
 
 def start_weights():
