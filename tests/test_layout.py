@@ -12,7 +12,16 @@ PACKAGE = ROOT / "t2t_lite"
 # Bottom-up (design.md §4): a module may import its own layer and those before it.
 # A layer is a top-level module, a package, or a part of training/.
 LAYERS = [
-    {"errors", "constants", "fileio", "console", "graph", "usr_dir", "state_variables"},
+    {
+        "errors",
+        "constants",
+        "fileio",
+        "console",
+        "graph",
+        "tf_data",
+        "usr_dir",
+        "state_variables",
+    },
     {"hparams", "registry"},
     {"hparams_sets", "hparams_checks", "data", "models", "optim", "outputs"},
     {"registrations", "decoding"},

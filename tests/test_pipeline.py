@@ -161,6 +161,19 @@ def test_training_repeats_forever_by_default():
     assert len(list(dataset.take(3 * one_pass))) == 3 * one_pass
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_iterators_run_without_the_autotuning_thread(training):
+    """Deleting an iterator with tf.data's autotuning thread can stall the process
+    for up to a minute (t2t_lite/tf_data.py); the trainer deletes one per
+    evaluation."""
+    examples = random_examples(20, 10, seed=4)
+    dataset = pipeline.make_dataset(
+        to_dataset(examples), batch_size=32, max_length=10, training=training
+    )
+    assert dataset.options().autotune.enabled is False
+    assert to_dataset(examples).options().autotune.enabled is not False
+
+
 def test_max_length_zero_means_batch_size():
     examples = random_examples(200, 40, seed=3)
     kept = [e for e in examples if max(map(len, e)) <= 32]

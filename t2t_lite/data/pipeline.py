@@ -26,6 +26,7 @@ everywhere, so it never changes the loss; it costs compute, not the token budget
 import tensorflow as tf
 
 from t2t_lite.constants import PAD_ID
+from t2t_lite.tf_data import without_autotuning
 
 
 def bucket_boundaries(max_length, min_length=8, length_bucket_step=1.1):
@@ -155,7 +156,9 @@ def make_dataset(
         # instead of being flushed as small batches at every epoch end.
         dataset = dataset.repeat(repeat)
     dataset = _bucket(dataset, boundaries, batch_sizes, max_length, pad_to_bucket)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    # Without autotuning: deleting its iterator (after every evaluation, at the end
+    # of a run) must not wait on the autotuning thread (t2t_lite/tf_data.py).
+    return without_autotuning(dataset.prefetch(tf.data.AUTOTUNE))
 
 
 def _bucket(dataset, boundaries, batch_sizes, max_length, pad_to_bucket):

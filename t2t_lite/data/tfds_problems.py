@@ -13,6 +13,7 @@ trainer does not pay its import time.
 
 from t2t_lite.data.text_problems import FILE_OPTIONS, TextProblem, reject_options
 from t2t_lite.errors import UserError
+from t2t_lite.tf_data import without_autotuning
 
 # name: (TFDS dataset, source key, target key, {our split: TFDS split}); "test" is
 # written where the prepared dataset has it (wmt14: newstest2014, wmt17: newstest2017).
@@ -125,7 +126,7 @@ class TfdsCorpus:
 
     def pairs(self, split):
         source_key, target_key = self.keys
-        dataset = self._load(split).prefetch(1024)
+        dataset = without_autotuning(self._load(split).prefetch(1024))
         for index, example in enumerate(dataset.as_numpy_iterator()):
             yield (
                 _text(example[source_key], self.dataset_name, split, index),

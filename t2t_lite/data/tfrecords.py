@@ -23,6 +23,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from t2t_lite.fileio import fsync, replace, temp_name, write_atomically
+from t2t_lite.tf_data import without_autotuning
 
 FORMAT_VERSION = 1
 _FEATURES = {
@@ -89,6 +90,7 @@ def read_records(path):
     one Python step per record would be the slowest part of t2t-datagen)."""
     records = []
     batches = tf.data.TFRecordDataset(path, buffer_size=1 << 22).batch(8192)
+    batches = without_autotuning(batches)  # see t2t_lite/tf_data.py
     for batch in batches.as_numpy_iterator():
         records.extend(batch.tolist())
     return records

@@ -32,6 +32,7 @@ from tensorflow.core.util import event_pb2
 from t2t_lite.constants import BATCH_CURVES, EVAL_METRICS
 from t2t_lite.errors import UserError, first_line
 from t2t_lite.outputs.run_files import METRICS_FILE, RUN_FILE
+from t2t_lite.tf_data import without_autotuning
 
 TRAIN_DIR, EVAL_DIR = "train", "eval"
 CURVES = EVAL_METRICS + BATCH_CURVES  # what a run's curves can hold
@@ -102,7 +103,7 @@ def read_events(path):
     """
     events = []
     try:
-        for record in tf.data.TFRecordDataset(path):
+        for record in without_autotuning(tf.data.TFRecordDataset(path)):
             event = event_pb2.Event.FromString(record.numpy())
             for value in event.summary.value:
                 try:
