@@ -12,9 +12,9 @@ teardown"). The trainer deletes an iterator after every evaluation and when a ru
 ends; a process that builds many runs (a sweep, the test suite) deletes many.
 
 Without autotuning, `num_parallel_calls=tf.data.AUTOTUNE` stays at tf.data's starting
-parallelism (the inter-op thread pool's size, at most 16) and `prefetch(tf.data.AUTOTUNE)` keeps
-the buffer tuner of its own, which needs no thread. The same benchmark compares the
-training pipeline's throughput with and without.
+parallelism (the inter-op thread pool's size, at most 16), and
+`prefetch(tf.data.AUTOTUNE)` keeps its own buffer tuner, which needs no thread. The
+same benchmark compares the training pipeline's throughput with and without.
 """
 
 import tensorflow as tf
