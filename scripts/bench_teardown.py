@@ -9,11 +9,12 @@ Four configurations, each round in fresh processes, in interleaved rounds:
   untuned busy    as "untuned idle", with one busy-loop process per other core
   autotune busy   as "autotune idle", likewise
 
-A child builds the pipeline over a synthetic corpus held in memory (--examples pairs,
-lengths drawn around 25 tokens; transformer_base's batching: 4096 tokens a batch,
-max_length 256), then --iterators times: makes an iterator, reads --batches batches
-(timed: batches/s), keeps it --alive seconds more (autotuning's timer period grows
-while an iterator lives, as it does during training) and deletes it (timed).
+A child builds the pipeline over a synthetic corpus held in memory (--examples pairs
+from benchkit.peers.corpus, about 25 tokens a sentence; transformer_base's batching:
+4096 tokens a batch, max_length 256), then --iterators times: makes an iterator,
+reads --batches batches (timed: batches/s), keeps it --alive seconds more
+(autotuning's timer period grows while an iterator lives, as it does during training)
+and deletes it (timed).
 
 Two tables: the mean deletion (seconds, the median over rounds; ratio to "untuned
 idle") with how many deletions stalled (took over 0.1 s) and the longest; and the
@@ -40,6 +41,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchkit import harness
+from benchkit.peers import corpus
 
 CONFIGS = ["untuned idle", "autotune idle", "untuned busy", "autotune busy"]
 STALL_S = 0.1  # a deletion takes milliseconds when it does not wait
@@ -63,20 +65,17 @@ def parse_args(argv):
 
 
 def _corpus(examples, seed=0):
-    """Unbatched {"inputs", "targets"} int32 sequences, lengths around 25 tokens."""
-    import numpy as np
+    """Unbatched {"inputs", "targets"} int32 sequences: bench_peers' synthetic pairs
+    (about 25 tokens a sentence, Zipf-distributed ids)."""
     import tensorflow as tf
 
-    rng = np.random.default_rng(seed)
-    lengths = np.clip(rng.gamma(4.0, 6.0, size=(examples, 2)).astype(int), 2, 300)
-    rows = {
-        key: tf.RaggedTensor.from_row_lengths(
-            rng.integers(2, 8000, size=int(lengths[:, k].sum()), dtype=np.int32),
-            lengths[:, k],
-        )
-        for k, key in enumerate(["inputs", "targets"])
-    }
-    return tf.data.Dataset.from_tensor_slices(rows)
+    pairs = corpus.synthetic_pairs(examples, 8000, 25.0, 255, seed)
+    return tf.data.Dataset.from_tensor_slices(
+        {
+            key: tf.ragged.constant([pair[k] for pair in pairs], dtype=tf.int32)
+            for k, key in enumerate(["inputs", "targets"])
+        }
+    )
 
 
 def _pipeline(autotune, examples):
