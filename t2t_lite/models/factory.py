@@ -7,6 +7,8 @@ through `build_model`, so none of them invents its own dummy batch.
 
 import tensorflow as tf
 
+from t2t_lite.graph import releasing_custom_gradients
+
 
 def example_features():
     """The smallest valid feature dict: one sequence of two ids on each side."""
@@ -14,7 +16,10 @@ def example_features():
 
 
 def build_model(model_class, hp, vocab_size):
-    """`model_class.from_hparams(hp, vocab_size)` with its variables created."""
+    """`model_class.from_hparams(hp, vocab_size)` with its variables created.
+    Keras builds layers by tracing them in scratch graphs, which the
+    custom-gradient registry would keep alive (t2t_lite/graph.py)."""
     model = model_class.from_hparams(hp, vocab_size)
-    model(example_features(), training=False)
+    with releasing_custom_gradients():
+        model(example_features(), training=False)
     return model
