@@ -4,19 +4,32 @@ Importing the package imports every module that registers something, so every
 registered name exists as soon as `import t2t_lite` returns.
 """
 
-from t2t_lite import console
+import gc
 
-console.quiet()  # before TensorFlow's first import: see t2t_lite/console.py
+# Importing TensorFlow and Keras creates some 400,000 objects that live as long as the
+# process, and the garbage collector would walk them over and over while they are
+# created (6 full collections): with it paused, the import takes 0.9× its CPU time
+# (docs/benchmarks.md, "Start-up"), in every process that imports t2t_lite. Nothing
+# collectable is made meanwhile; the collector runs again as it was before.
+_collecting = gc.isenabled()
+gc.disable()
+try:
+    from t2t_lite import console
 
-from t2t_lite import (
-    hparams_sets,  # noqa: F401  (registers hparams sets)
-    registrations,  # noqa: F401  (registers models and problems)
-)
-from t2t_lite.optim import (
-    adaptive_batch,  # noqa: F401  (registers the adaptive batch plan)
-    batch_schedule,  # noqa: F401  (registers the linear and steps batch plans)
-    optimizers,  # noqa: F401  (registers optimizers)
-    time_optimal_batch,  # noqa: F401  (registers the time-optimal batch plan)
-)
+    console.quiet()  # before TensorFlow's first import: see t2t_lite/console.py
+
+    from t2t_lite import (
+        hparams_sets,  # noqa: F401  (registers hparams sets)
+        registrations,  # noqa: F401  (registers models and problems)
+    )
+    from t2t_lite.optim import (
+        adaptive_batch,  # noqa: F401  (registers the adaptive batch plan)
+        batch_schedule,  # noqa: F401  (registers the linear and steps batch plans)
+        optimizers,  # noqa: F401  (registers optimizers)
+        time_optimal_batch,  # noqa: F401  (registers the time-optimal batch plan)
+    )
+finally:
+    if _collecting:
+        gc.enable()
 
 __version__ = "0.1.0"
