@@ -7,10 +7,13 @@ registered name exists as soon as `import t2t_lite` returns.
 import gc
 
 # Importing TensorFlow and Keras creates some 400,000 objects that live as long as the
-# process, and the garbage collector would walk them over and over while they are
-# created (6 full collections): with it paused, the import takes 0.9× its CPU time
-# (docs/benchmarks.md, "Start-up"), in every process that imports t2t_lite. Nothing
-# collectable is made meanwhile; the collector runs again as it was before.
+# process, and the garbage collector would walk them over and over: 6 full collections
+# while they are created, and every full collection after, while a trace builds a
+# graph. So the import runs with the collector paused (0.9× its CPU time), and what
+# exists once it is done is frozen (gc.freeze): never walked again, which halves the
+# collector's time in a process that traces (docs/benchmarks.md, "Start-up"). The
+# price: a reference cycle that exists before t2t_lite is first imported is never
+# freed (plain references still are). The collector then runs as it was before.
 _collecting = gc.isenabled()
 gc.disable()
 try:
@@ -29,6 +32,7 @@ try:
         time_optimal_batch,  # noqa: F401  (registers the time-optimal batch plan)
     )
 finally:
+    gc.freeze()
     if _collecting:
         gc.enable()
 
