@@ -22,7 +22,6 @@ them (TensorFlow skips a gradient it cannot look up), which serving does not use
 """
 
 import contextlib
-import functools
 import threading
 
 import tensorflow as tf
@@ -41,18 +40,7 @@ _traces_lock = threading.Lock()
 def graph_function(fn, **options):
     """tf.function(fn, autograph=False, **options), whose traces release their
     custom-gradient registrations when done."""
-    return tf.function(_releasing_custom_gradients(fn), autograph=False, **options)
-
-
-def _releasing_custom_gradients(fn):
-    """fn, run inside `releasing_custom_gradients` (on each trace)."""
-
-    @functools.wraps(fn)
-    def traced(*args, **kwargs):
-        with releasing_custom_gradients():
-            return fn(*args, **kwargs)
-
-    return traced
+    return tf.function(releasing_custom_gradients()(fn), autograph=False, **options)
 
 
 @contextlib.contextmanager
@@ -60,35 +48,30 @@ def releasing_custom_gradients():
     """Unregisters, when the last of these blocks in progress ends, the custom
     gradients registered since the first began. They nest (the XLA gradients'
     trace inside the train step's) and tf.distribute traces replicas in threads
-    meanwhile, so the count is process-wide. Also for code that traces outside a
-    graph_function: Keras builds a layer by calling it in a scratch graph."""
-    _trace_started()
+    meanwhile, so the count is process-wide. Also a decorator, and for code that
+    traces outside a graph_function: Keras builds a layer by calling it in a
+    scratch graph."""
+    with _traces_lock:
+        if _traces["active"] == 0:
+            _traces["registered_before"] = _custom_gradient_names()
+        _traces["active"] += 1
     try:
         yield
     finally:
-        _trace_ended()
+        with _traces_lock:
+            _traces["active"] -= 1
+            if _traces["active"] == 0:
+                registry = _registry()
+                for name in _custom_gradient_names() - _traces["registered_before"]:
+                    registry.pop(name, None)
+
+
+def _registry():
+    registry = getattr(getattr(_tf_ops, "_gradient_registry", None), "_registry", None)
+    return registry if isinstance(registry, dict) else {}
 
 
 def _custom_gradient_names():
-    registry = getattr(getattr(_tf_ops, "_gradient_registry", None), "_registry", None)
-    if not isinstance(registry, dict):
-        return registry, frozenset()
-    names = [n for n in registry if str(n).startswith(_CUSTOM_GRADIENT_PREFIX)]
-    return registry, frozenset(names)
-
-
-def _trace_started():
-    with _traces_lock:
-        if _traces["active"] == 0:
-            _traces["registered_before"] = _custom_gradient_names()[1]
-        _traces["active"] += 1
-
-
-def _trace_ended():
-    with _traces_lock:
-        _traces["active"] -= 1
-        if _traces["active"] > 0:
-            return
-        registry, names = _custom_gradient_names()
-        for name in names - _traces["registered_before"]:
-            registry.pop(name, None)
+    return frozenset(
+        name for name in _registry() if str(name).startswith(_CUSTOM_GRADIENT_PREFIX)
+    )
