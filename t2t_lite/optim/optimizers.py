@@ -13,12 +13,13 @@ applies whenever optimizer_multistep_accumulate_steps > 1, for any optimizer.
 
 import keras
 
+from t2t_lite.optim.fused_adam import FusedAdam
 from t2t_lite.registry import OPTIMIZERS
 
 
 @OPTIMIZERS.register("adam")
 def adam(hp, learning_rate):
-    return keras.optimizers.Adam(
+    return FusedAdam(
         learning_rate=learning_rate,
         beta_1=hp.optimizer_adam_beta1,
         beta_2=hp.optimizer_adam_beta2,

@@ -16,13 +16,13 @@ read off the run's BatchClock (optim/schedule.py). Nothing else is stored, so th
 checkpoint is Adam's own.
 """
 
-import keras
 import tensorflow as tf
-from keras import ops
+
+from t2t_lite.optim.fused_adam import FusedAdam
 
 
-class TokenHalfLifeAdam(keras.optimizers.Adam):
-    """keras.optimizers.Adam with β(u) = β ^ (tokens(u) / reference_tokens)."""
+class TokenHalfLifeAdam(FusedAdam):
+    """Adam (optim/fused_adam.py) with β(u) = β ^ (tokens(u) / reference_tokens)."""
 
     def __init__(self, clock, reference_tokens, beta_1_follows=False, **kwargs):
         super().__init__(**kwargs)
@@ -43,24 +43,6 @@ class TokenHalfLifeAdam(keras.optimizers.Adam):
             beta_1 = tf.constant(self.beta_1, tf.float32)
             power_1 = self.beta_1 ** tf.cast(self.iterations + 1, tf.float32)
         return beta_1, beta_2, power_1, power_2
-
-    def update_step(self, gradient, variable, learning_rate):
-        """Keras's Adam update with this update's β's and their products."""
-        dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(gradient, dtype)
-        beta_1, beta_2, power_1, power_2 = (ops.cast(b, dtype) for b in self.betas())
-        m = self._momentums[self._get_variable_index(variable)]
-        v = self._velocities[self._get_variable_index(variable)]
-        alpha = lr * ops.sqrt(1 - power_2) / (1 - power_1)
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - beta_1))
-        self.assign_add(
-            v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - beta_2)
-        )
-        self.assign_sub(
-            variable,
-            ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), self.epsilon)),
-        )
 
     def get_config(self):  # lives only inside a run: never serialized
         raise NotImplementedError("a TokenHalfLifeAdam is not serializable")

@@ -1,0 +1,135 @@
+"""Adam's update: keras.optimizers.Adam against t2t_lite's FusedAdam, side by side.
+
+FusedAdam (t2t_lite/optim/fused_adam.py) applies Keras's Adam formula through
+TensorFlow's one-kernel ApplyAdam. This measures, on a model's real variables
+(--hparams_set, seeded), what that changes: the CPU seconds to trace one update, the
+first call (graph optimization and kernel creation included), the median seconds of
+an update after that, the graph's op count, and how far the weights drift apart
+after the timed updates (float rounding only: the formula is the same).
+
+Each configuration runs in a fresh child process, interleaved over rounds; the
+harness's table gives the update's median seconds and its ratio to Keras's, the
+other parts as columns. --json writes the rows.
+
+  python scripts/bench_adam.py --rounds=3                          # transformer_base
+  python scripts/bench_adam.py --hparams_set=transformer_test --rounds=5
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from benchkit import builds, harness
+
+CONFIGS = ("keras", "fused")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--hparams_set", default="transformer_base")
+    p.add_argument("--updates", type=int, default=10, help="timed updates per run")
+    p.add_argument("--config", default="", help=argparse.SUPPRESS)  # child mode
+    harness.add_json_flag(p)
+    return p.parse_args(argv)
+
+
+def child(args):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from t2t_lite.graph import graph_function
+    from t2t_lite.optim.fused_adam import FusedAdam
+
+    hp = builds.hparams(args.hparams_set)
+    model = builds.build_seeded_model(hp, vocab_size=8000, seed=1)
+    variables = model.trainable_variables
+    optimizer = {"keras": keras.optimizers.Adam, "fused": FusedAdam}[args.config](
+        learning_rate=1e-3, beta_1=0.9, beta_2=0.997, epsilon=1e-9
+    )
+    optimizer.build(variables)
+    rng = np.random.default_rng(0)
+    gradients = [
+        tf.constant(rng.standard_normal(v.shape).astype(np.float32) * 1e-3)
+        for v in variables
+    ]
+    update = graph_function(lambda g: optimizer.apply(g, variables))
+    out = {"variables": len(variables)}
+    began = time.process_time()
+    graph = update.get_concrete_function(gradients).graph
+    out["trace_cpu"] = time.process_time() - began
+    out["ops"] = len(graph.get_operations())
+    began = time.perf_counter()
+    update(gradients)
+    out["first_call"] = time.perf_counter() - began
+    times = []
+    for _ in range(args.updates):
+        began = time.perf_counter()
+        update(gradients)
+        float(tf.reduce_sum(variables[0]))  # waits for the update
+        times.append(time.perf_counter() - began)
+    out["update"] = statistics.median(times)
+    out["weights_sum"] = float(
+        sum(np.sum(v.numpy(), dtype=np.float64) for v in variables)
+    )
+    print(json.dumps(out))
+
+
+def main(argv):
+    args = parse(argv)
+    if args.config:
+        return child(args)
+    harness.print_start()
+    results = {config: [] for config in CONFIGS}
+
+    def run_one(config, _):
+        stdout, _ = harness.run_python(
+            [
+                __file__,
+                f"--config={config}",
+                f"--hparams_set={args.hparams_set}",
+                f"--updates={args.updates}",
+            ]
+        )
+        results[config].append(harness.last_json(stdout))
+
+    harness.interleave(CONFIGS, args.rounds, run_one, label="adam")
+    report(args, results)
+
+
+PARTS = ("trace_cpu", "first_call", "ops", "variables")
+
+
+def report(args, results):
+    """The harness's table: median seconds of an update per configuration (ratio to
+    Keras's), each part's median as a column; then the per-part ratios."""
+    updates = {c: [r["update"] for r in results[c]] for c in CONFIGS}
+    rows = harness.summary_rows(updates, "keras")
+    for row in rows:
+        for key in PARTS:
+            row[key] = statistics.median(r[key] for r in results[row["config"]])
+    title = f"Adam's update on {args.hparams_set}'s variables: seconds per update"
+    harness.print_table(title, rows, "s", "keras", PARTS)
+    ratios = {
+        key: harness.median_ratio(
+            [r[key] for r in results["fused"]], [r[key] for r in results["keras"]]
+        )
+        for key in ("update", "trace_cpu", "first_call", "ops")
+    }
+    drift = max(
+        abs(f["weights_sum"] - k["weights_sum"])
+        for f, k in zip(results["fused"], results["keras"])
+    )
+    print(
+        "fused / keras per part (median of per-round ratios): "
+        + ", ".join(f"{key} {ratio:.2f}" for key, ratio in ratios.items())
+        + f"; largest difference of the weights' sums: {drift:.3g}"
+    )
+    harness.write_json(args.json, "bench_adam", rows, "s", "keras", part_ratios=ratios)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
