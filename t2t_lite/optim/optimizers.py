@@ -13,7 +13,7 @@ applies whenever optimizer_multistep_accumulate_steps > 1, for any optimizer.
 
 import keras
 
-from t2t_lite.optim.fused_adam import FusedAdam
+from t2t_lite.optim.fused import FusedAdam, FusedSGD
 from t2t_lite.registry import OPTIMIZERS
 
 
@@ -33,12 +33,12 @@ OPTIMIZERS.add("multistep_adam", adam)
 @OPTIMIZERS.register("sgd")
 def sgd(hp, learning_rate):
     del hp
-    return keras.optimizers.SGD(learning_rate=learning_rate)
+    return FusedSGD(learning_rate=learning_rate)
 
 
 @OPTIMIZERS.register("momentum")
 def momentum(hp, learning_rate):
-    return keras.optimizers.SGD(
+    return FusedSGD(
         learning_rate=learning_rate,
         momentum=hp.optimizer_momentum_momentum,
         nesterov=hp.optimizer_momentum_nesterov,

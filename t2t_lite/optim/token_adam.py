@@ -18,11 +18,11 @@ checkpoint is Adam's own.
 
 import tensorflow as tf
 
-from t2t_lite.optim.fused_adam import FusedAdam
+from t2t_lite.optim.fused import FusedAdam
 
 
 class TokenHalfLifeAdam(FusedAdam):
-    """Adam (optim/fused_adam.py) with β(u) = β ^ (tokens(u) / reference_tokens)."""
+    """Adam (optim/fused.py) with β(u) = β ^ (tokens(u) / reference_tokens)."""
 
     def __init__(self, clock, reference_tokens, beta_1_follows=False, **kwargs):
         super().__init__(**kwargs)

@@ -1,7 +1,8 @@
-"""Adam's update: keras.optimizers.Adam against t2t_lite's FusedAdam, side by side.
+"""An optimizer's update: Keras's against t2t_lite's fused one, side by side.
 
-FusedAdam (t2t_lite/optim/fused_adam.py) applies Keras's Adam formula through
-TensorFlow's one-kernel ApplyAdam. This measures, on a model's real variables
+FusedAdam and FusedSGD (t2t_lite/optim/fused.py) apply Keras's Adam and SGD
+formulas through one TensorFlow kernel per variable (ApplyAdam, ApplyKerasMomentum).
+This measures, for --optimizer on a model's real variables
 (--hparams_set, seeded), what that changes: the CPU seconds to trace one update, the
 first call (graph optimization and kernel creation included), the median seconds of
 an update after that, the graph's op count, and how far the weights drift apart
@@ -11,8 +12,9 @@ Each configuration runs in a fresh child process, interleaved over rounds; the
 harness's table gives the update's median seconds and its ratio to Keras's, the
 other parts as columns. --json writes the rows.
 
-  python scripts/bench_adam.py --rounds=3                          # transformer_base
-  python scripts/bench_adam.py --hparams_set=transformer_test --rounds=5
+  python scripts/bench_fused.py --rounds=3                         # Adam, transformer_base
+  python scripts/bench_fused.py --optimizer=momentum --rounds=3
+  python scripts/bench_fused.py --hparams_set=transformer_test --rounds=5
 """
 
 import argparse
@@ -24,12 +26,19 @@ import time
 from benchkit import builds, harness
 
 CONFIGS = ("keras", "fused")
+# --optimizer: (Keras's class name, t2t_lite's, keyword arguments)
+OPTIMIZERS = {
+    "adam": ("Adam", "FusedAdam", {"beta_1": 0.9, "beta_2": 0.997, "epsilon": 1e-9}),
+    "momentum": ("SGD", "FusedSGD", {"momentum": 0.9}),
+    "sgd": ("SGD", "FusedSGD", {}),
+}
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--hparams_set", default="transformer_base")
+    p.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZERS))
     p.add_argument("--updates", type=int, default=10, help="timed updates per run")
     p.add_argument("--config", default="", help=argparse.SUPPRESS)  # child mode
     harness.add_json_flag(p)
@@ -42,14 +51,17 @@ def child(args):
     import tensorflow as tf
 
     from t2t_lite.graph import graph_function
-    from t2t_lite.optim.fused_adam import FusedAdam
+    from t2t_lite.optim import fused
 
     hp = builds.hparams(args.hparams_set)
     model = builds.build_seeded_model(hp, vocab_size=8000, seed=1)
     variables = model.trainable_variables
-    optimizer = {"keras": keras.optimizers.Adam, "fused": FusedAdam}[args.config](
-        learning_rate=1e-3, beta_1=0.9, beta_2=0.997, epsilon=1e-9
-    )
+    keras_name, fused_name, options = OPTIMIZERS[args.optimizer]
+    if args.config == "keras":
+        optimizer_class = getattr(keras.optimizers, keras_name)
+    else:
+        optimizer_class = getattr(fused, fused_name)
+    optimizer = optimizer_class(learning_rate=1e-3, **options)
     optimizer.build(variables)
     rng = np.random.default_rng(0)
     gradients = [
@@ -91,12 +103,13 @@ def main(argv):
                 __file__,
                 f"--config={config}",
                 f"--hparams_set={args.hparams_set}",
+                f"--optimizer={args.optimizer}",
                 f"--updates={args.updates}",
             ]
         )
         results[config].append(harness.last_json(stdout))
 
-    harness.interleave(CONFIGS, args.rounds, run_one, label="adam")
+    harness.interleave(CONFIGS, args.rounds, run_one, label=args.optimizer)
     report(args, results)
 
 
@@ -111,7 +124,10 @@ def report(args, results):
     for row in rows:
         for key in PARTS:
             row[key] = statistics.median(r[key] for r in results[row["config"]])
-    title = f"Adam's update on {args.hparams_set}'s variables: seconds per update"
+    title = (
+        f"{args.optimizer}'s update on {args.hparams_set}'s variables: "
+        "seconds per update"
+    )
     harness.print_table(title, rows, "s", "keras", PARTS)
     ratios = {
         key: harness.median_ratio(
@@ -128,7 +144,7 @@ def report(args, results):
         + ", ".join(f"{key} {ratio:.2f}" for key, ratio in ratios.items())
         + f"; largest difference of the weights' sums: {drift:.3g}"
     )
-    harness.write_json(args.json, "bench_adam", rows, "s", "keras", part_ratios=ratios)
+    harness.write_json(args.json, "bench_fused", rows, "s", "keras", part_ratios=ratios)
 
 
 if __name__ == "__main__":

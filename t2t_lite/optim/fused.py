@@ -1,0 +1,77 @@
+"""Keras's Adam and SGD whose update of a variable is one kernel of TensorFlow's.
+
+Keras 3 writes an optimizer's update as element-wise ops per variable (Adam: a dozen,
+for m, v, the bias corrections and the step), each a pass over the variable's memory
+and, in a traced step, some forty graph ops to build and optimize. TensorFlow's fused
+kernels do the same arithmetic in one pass: ApplyAdam (tf.train.AdamOptimizer's,
+hence T2T's), ApplyKerasMomentum and ApplyGradientDescent (Keras 2's SGD). On
+transformer_base's 60M weights on a CPU, Adam applies an update in about 0.45× the
+time, and a step traces and compiles its update in about half the time
+(docs/benchmarks.md, "Fused updates"). The formulas are Keras's, so results agree to
+float rounding, and the slots are Keras's variables: checkpoints are the same
+either way.
+
+An embedding's IndexedSlices gradient counts as its dense form (every row's moments
+decay, as in T2T and as the train step hands its gradients over); Keras 3's own
+optimizers would update only the rows it names.
+"""
+
+import keras
+import tensorflow as tf
+
+
+def _dense(gradient, dtype):
+    return tf.cast(tf.convert_to_tensor(gradient), dtype)
+
+
+class FusedAdam(keras.optimizers.Adam):
+    """keras.optimizers.Adam (without amsgrad) through TensorFlow's ApplyAdam."""
+
+    def betas(self):
+        """(β1, β2, β1^t, β2^t) of the update being applied (t counts from 1),
+        float32 tensors; subclasses change how the betas move."""
+        t = tf.cast(self.iterations + 1, tf.float32)
+        beta_1 = tf.constant(self.beta_1, tf.float32)
+        beta_2 = tf.constant(self.beta_2, tf.float32)
+        return beta_1, beta_2, beta_1**t, beta_2**t
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad:
+            raise ValueError("FusedAdam has no amsgrad")
+        dtype = variable.dtype
+        index = self._get_variable_index(variable)
+        beta_1, beta_2, power_1, power_2 = (tf.cast(b, dtype) for b in self.betas())
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self._momentums[index].handle,
+            v=self._velocities[index].handle,
+            beta1_power=power_1,
+            beta2_power=power_2,
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.constant(self.epsilon, dtype),
+            grad=_dense(gradient, dtype),
+        )
+
+
+class FusedSGD(keras.optimizers.SGD):
+    """keras.optimizers.SGD (plain, momentum or Nesterov) through TensorFlow's
+    ApplyGradientDescent / ApplyKerasMomentum."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        rate, gradient = tf.cast(learning_rate, dtype), _dense(gradient, dtype)
+        if self.momentum == 0:
+            tf.raw_ops.ResourceApplyGradientDescent(
+                var=variable.handle, alpha=rate, delta=gradient
+            )
+            return
+        tf.raw_ops.ResourceApplyKerasMomentum(
+            var=variable.handle,
+            accum=self.momentums[self._get_variable_index(variable)].handle,
+            lr=rate,
+            grad=gradient,
+            momentum=tf.constant(self.momentum, dtype),
+            use_nesterov=self.nesterov,
+        )
