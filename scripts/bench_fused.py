@@ -95,21 +95,14 @@ def main(argv):
     if args.config:
         return child(args)
     harness.print_start()
-    results = {config: [] for config in CONFIGS}
-
-    def run_one(config, _):
-        stdout, _ = harness.run_python(
-            [
-                __file__,
-                f"--config={config}",
-                f"--hparams_set={args.hparams_set}",
-                f"--optimizer={args.optimizer}",
-                f"--updates={args.updates}",
-            ]
-        )
-        results[config].append(harness.last_json(stdout))
-
-    harness.interleave(CONFIGS, args.rounds, run_one, label=args.optimizer)
+    flags = (
+        f"--hparams_set={args.hparams_set}",
+        f"--optimizer={args.optimizer}",
+        f"--updates={args.updates}",
+    )
+    results = harness.child_rounds(
+        __file__, CONFIGS, args.rounds, flags, label=args.optimizer
+    )
     report(args, results)
 
 

@@ -73,18 +73,13 @@ def main(argv):
     if args.config:
         return child(args)
     harness.print_start()
-    results = {config: [] for config in CONFIGS}
-
-    def run_one(config, _):
-        began = time.perf_counter()
-        stdout, _ = harness.run_python(
-            [__file__, f"--config={config}", f"--hparams_set={args.hparams_set}"]
-        )
-        results[config].append(
-            {**harness.last_json(stdout), "process": time.perf_counter() - began}
-        )
-
-    harness.interleave(CONFIGS, args.rounds, run_one, label="startup")
+    results = harness.child_rounds(
+        __file__,
+        CONFIGS,
+        args.rounds,
+        [f"--hparams_set={args.hparams_set}"],
+        label="startup",
+    )
     report(args, results)
 
 

@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(SCRIPTS)
@@ -221,6 +222,23 @@ def run_python(args, env=None):
             + "\n".join(result.stderr.splitlines()[-20:])
         )
     return result.stdout, result.stderr
+
+
+def child_rounds(script, configs, rounds, flags=(), label=""):
+    """Runs `python script --config=C *flags` for every config C in a fresh
+    process, `rounds` times, interleaved; returns {config: [the last JSON line each
+    run printed, with "process": its whole life in seconds]}."""
+    results = {config: [] for config in configs}
+
+    def run_one(config, _):
+        began = time.perf_counter()
+        stdout, _ = run_python([script, f"--config={config}", *flags])
+        results[config].append(
+            {**last_json(stdout), "process": time.perf_counter() - began}
+        )
+
+    interleave(configs, rounds, run_one, label=label)
+    return results
 
 
 def last_json(stdout):
