@@ -1,6 +1,7 @@
 """Registered optimizers: a name → a function (hp, learning_rate) → Keras optimizer.
 
-The Keras optimizers are used for their update rules only. Gradient normalization,
+The Keras optimizers are used for their update rules only; Adam, SGD and momentum
+apply them with one TensorFlow kernel per variable (optim/fused.py). Gradient normalization,
 weight decay and clipping are done by t2t_lite once per update on the accumulated
 gradient (see training/step/train_step.py), so none of Keras's `global_clipnorm`,
 `weight_decay` or `gradient_accumulation_steps` options is ever turned on: Keras's
