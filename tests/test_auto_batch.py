@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from support import forked
 from support.cli_helpers import assert_one_error_line
 
 import t2t_lite  # noqa: F401
@@ -206,7 +207,7 @@ def test_a_memory_budget_bounds_the_micro_batch_on_a_cpu(tmp_path):
             "--eval_steps=1",
         ]
         env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": bfc}
-        process = subprocess.Popen(
+        process = forked.popen(
             command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
         )
         runs[name] = (process, output_dir)

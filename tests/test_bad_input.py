@@ -192,7 +192,7 @@ def _listing(directory):
 def test_a_flag_mistake_exits_2_from_the_real_entry_point(tmp_path):
     """End to end: `python -m t2t_lite.bin.trainer` (TensorFlow start-up included)."""
     result = run_cli_subprocess(
-        "trainer", *BASE, f"--output_dir={tmp_path}", "--train_steps=abc"
+        "trainer", *BASE, f"--output_dir={tmp_path}", "--train_steps=abc", fresh=True
     )
     assert_user_error(result, "t2t-trainer", "--train_steps", "abc")
     assert os.listdir(tmp_path) == []

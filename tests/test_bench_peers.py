@@ -7,7 +7,6 @@ report (every configuration measured or given a reason), whatever the machine's 
 
 import json
 import os
-import subprocess
 import sys
 
 # These tests exercise the benchmark scripts themselves: scripts/ holds the benchkit
@@ -20,6 +19,7 @@ from benchkit import harness
 from benchkit.flops import training_flops
 from benchkit.peers import corpus, opennmt
 from benchkit.peers.results import ALL_CONFIGS, PEERS
+from support import forked
 
 SCRIPT = os.path.join(SCRIPTS, "bench_peers.py")
 
@@ -73,7 +73,7 @@ def test_synthetic_pairs_lengths_and_ids():
 
 @pytest.mark.slow
 def test_smoke_reports_every_config(tmp_path):
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, SCRIPT, "--smoke", f"--work_dir={tmp_path}"],
         capture_output=True,
         text=True,

@@ -8,7 +8,6 @@ one-line error), whatever the machine's load.
 
 import json
 import os
-import subprocess
 import sys
 import types
 
@@ -18,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts")
 import bench_recipes
 import pytest
 from benchkit.recipes import report as recipe_report
+from support import forked
 
 from t2t_lite.data.numbers_problem import write_numbers_files
 
@@ -147,7 +147,7 @@ def test_the_noam_constant_keeps_transformer_base_peak_rate_unless_given():
 
 @pytest.mark.parametrize("flag", ["--learning_rate_constant=0", "--warmup_steps=-4"])
 def test_a_rate_that_is_not_positive_is_one_line(flag, tmp_path):
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, SCRIPT, flag, f"--work_dir={tmp_path}/work"],
         capture_output=True,
         text=True,
@@ -169,7 +169,7 @@ def test_smoke_reports_every_recipe_at_every_mark(tmp_path):
     for split, size, seed in (("train", 2000, 1), ("dev", 60, 2)):
         text[split] = (str(tmp_path / f"{split}.en"), str(tmp_path / f"{split}.fr"))
         write_numbers_files(*text[split], size, seed=seed)
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, SCRIPT, "--smoke", f"--work_dir={tmp_path / 'work'}"]
         + [f"--train_source={text['train'][0]}", f"--train_target={text['train'][1]}"]
         + [f"--dev_source={text['dev'][0]}", f"--dev_target={text['dev'][1]}"]

@@ -174,10 +174,10 @@ def quiet_and_loud(tmp_path_factory):
         "--save_checkpoints_steps=2",
         "--hparams=clip_grad_norm=1e-4",
     ]
-    quiet = start_cli("trainer", *flags, f"--output_dir={root / 'quiet'}")
+    quiet = start_cli("trainer", *flags, f"--output_dir={root / 'quiet'}", fresh=True)
     os.environ["T2T_LITE_TF_LOGS"] = "1"
     try:
-        loud = start_cli("trainer", *flags, f"--output_dir={root / 'loud'}")
+        loud = start_cli("trainer", *flags, f"--output_dir={root / 'loud'}", fresh=True)
     finally:
         del os.environ["T2T_LITE_TF_LOGS"]
     return root, finish_cli(quiet), finish_cli(loud)

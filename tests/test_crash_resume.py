@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import forked
 from support.cli_helpers import run_cli_subprocess
 
 pytestmark = pytest.mark.slow  # trains in subprocesses, several times
@@ -44,7 +45,7 @@ def _run(output_dir):
 
 def _start_and_signal(output_dir, at_step, signum):
     """Starts the trainer, sends `signum` once it logged micro-step `at_step`."""
-    process = subprocess.Popen(
+    process = forked.popen(
         [*COMMAND, f"--output_dir={output_dir}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

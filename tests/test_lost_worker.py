@@ -7,12 +7,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from support import forked
 from support.workers import (
     assert_same_state,
     launch_workers,
@@ -194,7 +194,7 @@ def test_a_one_worker_tf_config_is_read():
 @pytest.mark.slow
 def test_the_cli_refuses_a_bad_tf_config_before_writing(tmp_path):
     env = dict(os.environ, TF_CONFIG=cluster(TWO, {"type": "worker", "index": 3}))
-    out = subprocess.run(
+    out = forked.run(
         [
             sys.executable,
             "-m",

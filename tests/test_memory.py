@@ -10,13 +10,13 @@ import dataclasses
 import gc
 import json
 import os
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import forked
 from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 
 from t2t_lite.training.opening.build import build_training
@@ -190,7 +190,7 @@ def _child_allocator():
 def trained():
     """_train_and_measure in a fresh process: live-byte counts are exact only when
     no earlier test's tensors are freed while they are read."""
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, __file__, "measure"],
         capture_output=True,
         text=True,

@@ -15,12 +15,12 @@ import collections
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import forked
 
 if __name__ == "__main__":
     tf.config.set_logical_device_configuration(
@@ -302,7 +302,7 @@ def script(tmp_path_factory):
     step over bucket-padded batches with XLA_FLAGS dumping every compile, then XLA
     under MirroredStrategy. Returns its JSON."""
     dump = str(tmp_path_factory.mktemp("xla_dump"))
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, __file__, dump],
         capture_output=True,
         text=True,

@@ -5,7 +5,8 @@ Most CLI tests check flag and hparams validation, which needs no fresh interpret
 console script calls) in this process, with absl's global FLAGS parsed from the given
 argv and reset afterwards. `start_cli`/`finish_cli`/`run_cli_subprocess` start
 `python -m t2t_lite.bin.<module>` for the few true end-to-end runs (entry point, exit
-status, TensorFlow start-up, signals).
+status, signals), forked from the suite's fork server unless TensorFlow's start-up
+is what they test (`fresh`).
 
 Every CLI module defines its flags on absl's global FLAGS and several share names
 (--problem, --output_dir, ...), so two of them cannot be imported side by side: the
@@ -24,6 +25,8 @@ import sys
 
 from absl import flags
 from absl import logging as absl_logging
+
+from support import forked
 
 PROGRAMS = {
     "trainer": "t2t-trainer",
@@ -111,10 +114,12 @@ def run_cli(module, *args, stdin_text=None):
     return CliResult(returncode, out.getvalue(), err.getvalue())
 
 
-def start_cli(module, *args, stdin_text=None):
-    """Starts `python -m t2t_lite.bin.<module> args` (each start loads TensorFlow,
-    ~3 s: start independent runs before finishing any)."""
-    process = subprocess.Popen(
+def start_cli(module, *args, stdin_text=None, fresh=False):
+    """Starts `python -m t2t_lite.bin.<module> args`, forked from the suite's fork
+    server (support/forked.py), or a fresh Python with `fresh` (TensorFlow's
+    start-up included: ~3 s, so start independent runs before finishing any)."""
+    start = subprocess.Popen if fresh else forked.popen
+    process = start(
         [sys.executable, "-m", _BIN + module, *args],
         stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -131,9 +136,11 @@ def finish_cli(started, timeout=300):
     return CliResult(process.returncode, stdout, stderr)
 
 
-def run_cli_subprocess(module, *args, stdin_text=None, timeout=300):
-    """`python -m t2t_lite.bin.<module> args` to completion; returns CliResult."""
-    return finish_cli(start_cli(module, *args, stdin_text=stdin_text), timeout)
+def run_cli_subprocess(module, *args, stdin_text=None, timeout=300, fresh=False):
+    """`python -m t2t_lite.bin.<module> args` to completion (see start_cli);
+    returns CliResult."""
+    started = start_cli(module, *args, stdin_text=stdin_text, fresh=fresh)
+    return finish_cli(started, timeout)
 
 
 def assert_one_error_line(stderr, program, *fragments):
@@ -168,12 +175,13 @@ def tiny_trainer_flags(problem):
 
 
 def run_json_script(name, *args, timeout=600):
-    """Runs tests/support/NAME (a script that prints one JSON line last) in a fresh
-    Python, as the module support.NAME from tests/ so that it imports its siblings
-    as the tests do; returns that JSON. A failure shows the end of its stderr."""
+    """Runs tests/support/NAME (a script that prints one JSON line last) in a process
+    of its own (support/forked.py), as the module support.NAME from tests/ so that
+    it imports its siblings as the tests do; returns that JSON. A failure shows the
+    end of its stderr."""
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     module = "support." + os.path.splitext(name)[0]
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,

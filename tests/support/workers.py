@@ -16,6 +16,8 @@ import sys
 
 import numpy as np
 
+from support import forked
+
 # Checkpoints every 4 micro-steps (2 updates of n=2), 12 in all; --deterministic so
 # that runs of it agree to float tolerance whatever interrupted them.
 TWO_WORKER_RUN = (
@@ -68,7 +70,7 @@ def launch_workers(args, log_dir, extra_env=({}, {}), cluster_env=None):
         # Open for the worker's lifetime, not a with-block's:
         log = open(os.path.join(log_dir, f"worker{index}.log"), "w")  # noqa: SIM115
         workers.append(
-            subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+            forked.popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         )
     return workers
 
