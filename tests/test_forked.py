@@ -97,15 +97,17 @@ def test_exit_status_is_a_fresh_pythons(tmp_path, body, code, stderr):
 
 def test_pipes_stream_and_exit_steps_run(tmp_path):
     """A line is read while the child still runs; the child then reads stdin to its
-    end; a non-daemon thread is waited for and atexit runs, in that order."""
+    end and echoes it (more than a pipe holds, both ways); a thread pool's pending
+    work is done and atexit runs, in that order, as Python ends."""
     script = _script(
         tmp_path,
         """
-        import atexit, sys, threading, time
+        import atexit, concurrent.futures, sys, time
         print("ready", flush=True)
         text = sys.stdin.read()
         atexit.register(lambda: print("atexit"))
-        threading.Thread(target=lambda: (time.sleep(0.2), print("thread"))).start()
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        pool.submit(lambda: (time.sleep(0.2), print("pool")))
         print(text.upper(), file=sys.stderr)
         """,
     )
@@ -115,8 +117,27 @@ def test_pipes_stream_and_exit_steps_run(tmp_path):
     )  # fmt: skip
     assert process.stdout.readline() == "ready\n"
     assert process.poll() is None  # waiting for its stdin
-    out, err = process.communicate("hello", timeout=120)
-    assert (process.returncode, out, err) == (0, "thread\natexit\n", "HELLO\n")
+    text = "hello " * 30000  # 180 kB
+    out, err = process.communicate(text, timeout=120)
+    assert (process.returncode, out, err) == (0, "pool\natexit\n", text.upper() + "\n")
+
+
+def test_input_for_a_child_that_does_not_read_it_is_dropped(tmp_path):
+    script = _script(tmp_path, "pass\n")
+    result = forked.run([sys.executable, script], input=b"x" * 200_000, timeout=60)
+    assert result.returncode == 0
+
+
+def test_processes_started_one_after_the_other_hash_strings_differently(tmp_path):
+    """As two fresh Pythons: the servers take turns (each its own hash seed)."""
+    script = _script(tmp_path, "print(hash('t2t_lite'))\n")
+    hashes = [
+        forked.run([sys.executable, script], capture_output=True, timeout=60).stdout
+        for _ in range(3)
+    ]
+    assert hashes[0] != hashes[1] and hashes[1] != hashes[2]
+    seeded = [sys.executable, script]
+    assert not forked.forkable(seeded, {**os.environ, "PYTHONHASHSEED": "0"})
 
 
 def test_signals_reach_the_child_and_wait_times_out(tmp_path):

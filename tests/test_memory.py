@@ -188,7 +188,7 @@ def _child_allocator():
 
 @pytest.fixture(scope="module")
 def trained():
-    """_train_and_measure in a fresh process: live-byte counts are exact only when
+    """_train_and_measure in a process of its own: live-byte counts are exact only when
     no earlier test's tensors are freed while they are read."""
     result = forked.run(
         [sys.executable, __file__, "measure"],
