@@ -174,9 +174,6 @@ class ForkedProcess:
             with contextlib.suppress(ProcessLookupError):  # exited, not yet reaped
                 os.kill(self.pid, sig)
 
-    def terminate(self):
-        self.send_signal(signal.SIGTERM)
-
     def kill(self):
         self.send_signal(signal.SIGKILL)
 
