@@ -144,6 +144,39 @@ def test_decoder_is_causal():
     assert np.max(np.abs(before[0, 3] - after[0, 3])) > 1e-4
 
 
+def _variables(model):
+    """(path inside the model, shape, dtype, value) of each variable in order."""
+    return [
+        (w.path.split("/", 1)[1], tuple(w.shape), w.dtype, w.numpy())
+        for w in model.weights
+    ]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_model_builds_from_its_config_with_the_variables_a_call_creates(
+    monkeypatch, shared
+):
+    """build() alone builds every layer, from the config: Keras would otherwise
+    build each layer without a build() of its own by tracing its call() in a
+    scratch graph. It creates the variables a first call creates layer by layer:
+    the same paths (checkpoint keys), shapes, dtypes, order and seeded values."""
+    from t2t_lite.models import transformer
+
+    built = _model(seed=5, shared_embedding_and_softmax_weights=shared)
+    built.build()
+    assert all(layer.built for layer in built._flatten_layers())
+    with monkeypatch.context() as patch:
+        for module in (layers, transformer):  # every build() then builds nothing
+            patch.setattr(module, "build_sublayers", lambda *args: None)
+        called = _model(seed=5, shared_embedding_and_softmax_weights=shared)
+        called(FEATURES)
+    expected = _variables(called)
+    assert len(expected) > 60
+    for got, want in zip(_variables(built), expected, strict=True):
+        assert got[:3] == want[:3]
+        np.testing.assert_array_equal(got[3], want[3], err_msg=want[0])
+
+
 def test_encode_decode_match_call():
     model = _model(seed=3)
     encoder_output, bias = model.encode(FEATURES["inputs"])

@@ -17,8 +17,10 @@ def example_features():
 
 def build_model(model_class, hp, vocab_size):
     """`model_class.from_hparams(hp, vocab_size)` with its variables created.
-    Keras builds layers by tracing them in scratch graphs, which the
-    custom-gradient registry would keep alive (t2t_lite/graph.py)."""
+    The Transformer's build() creates them from its config; Keras builds a layer
+    without a build() of its own (a user's model may have one) by tracing it in a
+    scratch graph, which the custom-gradient registry would keep alive
+    (t2t_lite/graph.py)."""
     model = model_class.from_hparams(hp, vocab_size)
     with releasing_custom_gradients():
         model(example_features(), training=False)

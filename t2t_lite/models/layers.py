@@ -45,6 +45,16 @@ def shift_right(targets):
     return tf.pad(targets, [[0, 0], [1, 0]])[:, :-1]
 
 
+def build_sublayers(sublayers, input_shape):
+    """Builds those of `sublayers` not built yet, each from `input_shape`: a layer
+    that builds its own this way creates its variables without the trace of call()
+    in a scratch graph that Keras would otherwise build it with. (A sublayer may be
+    built already: the model's encode() can run before its first call.)"""
+    for sublayer in sublayers:
+        if not sublayer.built:
+            sublayer.build(input_shape)
+
+
 class EmbeddingSharedWeights(keras.layers.Layer):
     """A [vocab, hidden] matrix used as embedding and/or softmax (mode "linear").
 
@@ -121,6 +131,10 @@ class FeedForward(keras.layers.Layer):
             name="conv2",
         )
 
+    def build(self, input_shape=None):
+        build_sublayers([self.filter_dense], (None, None, self.config.hidden_size))
+        build_sublayers([self.output_dense], (None, None, self.config.filter_size))
+
     def call(self, x, training=False):
         h = self.filter_dense(x)  # [batch, length, filter]
         h = dropout(h, self.config.relu_dropout, training, self.seed_generator)
@@ -148,6 +162,9 @@ class _TransformerLayer(keras.layers.Layer):
         self.ffn = FeedForward(config, name="ffn")
         self.ffn_norm = layer_norm(config, "ffn_norm")
 
+    def build(self, input_shape=None):
+        build_sublayers(self.sublayers(), (None, None, self.config.hidden_size))
+
     def _residual(self, x, y, training):
         """Postprocess "da": dropout then residual add."""
         rate = self.config.layer_prepostprocess_dropout
@@ -164,6 +181,9 @@ class EncoderLayer(_TransformerLayer):
         super().__init__(config, **kwargs)
         self.self_attention = MultiHeadAttention(self.config, name="self_attention")
         self.self_attention_norm = layer_norm(self.config, "self_attention_norm")
+
+    def sublayers(self):
+        return (self.self_attention_norm, self.self_attention, self.ffn_norm, self.ffn)
 
     def call(self, x, bias, training=False):
         """x [batch, length, hidden]; bias [batch, 1, 1, length]."""
@@ -184,6 +204,16 @@ class DecoderLayer(_TransformerLayer):
         self.self_attention_norm = layer_norm(self.config, "self_attention_norm")
         self.encdec_attention = MultiHeadAttention(self.config, name="encdec_attention")
         self.encdec_attention_norm = layer_norm(self.config, "encdec_attention_norm")
+
+    def sublayers(self):
+        return (
+            self.self_attention_norm,
+            self.self_attention,
+            self.encdec_attention_norm,
+            self.encdec_attention,
+            self.ffn_norm,
+            self.ffn,
+        )
 
     def call(
         self, x, encoder_output, self_bias, encdec_bias, training=False, cache=None

@@ -21,6 +21,7 @@ from t2t_lite.models.layers import (
     DecoderLayer,
     EmbeddingSharedWeights,
     EncoderLayer,
+    build_sublayers,
     get_timing_signal_1d,
     layer_norm,
     shift_right,
@@ -74,6 +75,23 @@ class Transformer(keras.Model):
             setattr(self, layer.name, layer)
         self.encoder_norm = layer_norm(config, "encoder_norm")
         self.decoder_norm = layer_norm(config, "decoder_norm")
+
+    def build(self, input_shape=None):
+        """Every variable created from the config alone. Keras would otherwise build
+        the model by tracing call() in a scratch graph, and each sublayer again by
+        tracing its own: most of what building a model cost (docs/benchmarks.md,
+        "Start-up")."""
+        embeddings = (self.source_embedding, self.target_embedding, self.softmax)
+        build_sublayers(dict.fromkeys(embeddings), None)  # shared: one layer
+        build_sublayers(
+            [
+                *self.encoder_layers,
+                *self.decoder_layers,
+                self.encoder_norm,
+                self.decoder_norm,
+            ],
+            (None, None, self.config.hidden_size),
+        )
 
     @classmethod
     def validate_hparams(cls, hp):
