@@ -80,7 +80,7 @@ class Transformer(keras.Model):
         """Every variable created from the config alone. Keras would otherwise build
         the model by tracing call() in a scratch graph, and each sublayer again by
         tracing its own: most of what building a model cost (docs/benchmarks.md,
-        "Start-up")."""
+        "Building a model")."""
         embeddings = (self.source_embedding, self.target_embedding, self.softmax)
         build_sublayers(dict.fromkeys(embeddings), None)  # shared: one layer
         build_sublayers(
