@@ -231,11 +231,29 @@ def test_a_run_stopped_inside_a_window_at_a_ramp_boundary_resumes_exactly(tmp_pa
     assert int(resumed.step.tokens_seen) == int(whole.step.tokens_seen) > 0
 
 
-def test_a_ramp_on_two_replicas_equals_big_batches_of_its_windows():
-    report = run_json_script("batch_schedule_replicas.py")
+@pytest.fixture(scope="module")
+def two_replicas():
+    return run_json_script("batch_schedule_replicas.py")
+
+
+def test_a_ramp_on_two_replicas_equals_big_batches_of_its_windows(two_replicas):
+    report = two_replicas
     assert report["sizes"] == WINDOWS and report["updates"] == len(WINDOWS)
-    assert report["weights_ratio"] < 1 and report["slots_ratio"] < 1
+    assert report["weights_ratio"] < 1
+    assert len(report["slots_ratios"]) == 1 and report["slots_ratios"][0] < 1
     assert report["noise_scale"] is not None and report["noise_scale"] > 0
+
+
+def test_adam_at_a_half_life_in_tokens_on_two_replicas_equals_adam_by_hand(
+    two_replicas,
+):
+    """Both betas follow the windows' tokens over both replicas; the update builds
+    them once on each replica's device (4 powers each), not once per variable."""
+    adam = two_replicas["adam"]
+    assert adam["sizes"] == WINDOWS and adam["updates"] == len(WINDOWS)
+    assert adam["weights_ratio"] < 1
+    assert len(adam["slots_ratios"]) == 2 and max(adam["slots_ratios"]) < 1  # m, v
+    assert adam["update_pow_ops"] == 4 * 2 < adam["variables"]
 
 
 # --- the noise scale --------------------------------------------------------------

@@ -86,3 +86,32 @@ def test_each_variable_is_updated_by_one_kernel(rule):
         [tf.TensorSpec(s, tf.float32) for s in SHAPES]
     ).graph
     assert [op.type for op in graph.get_operations()].count(kernel) == len(SHAPES)
+
+
+def test_adams_scalars_are_built_once_per_apply():
+    """Keras calls update_step once per variable; the betas, their powers and ε
+    are the same for all, so one apply builds them once (2 powers, not 2 per
+    variable), in the apply's own graph: a second apply reads the new count."""
+    _, update = _train(FusedAdam, {}, updates=1)
+    graph = update.get_concrete_function(
+        [tf.TensorSpec(s, tf.float32) for s in SHAPES]
+    ).graph
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("Pow") == 2 and types.count("ResourceApplyAdam") == len(SHAPES)
+
+    results = []
+    for optimizer_class in (FusedAdam, keras.optimizers.Adam):
+        variables = [tf.Variable(tf.ones(s)) for s in SHAPES]
+        optimizer = optimizer_class(learning_rate=0.1)
+        optimizer.build(variables)
+        gradients = [tf.fill(s, 0.5) for s in SHAPES]
+
+        @tf.function(autograph=False)
+        def two_applies(optimizer=optimizer, variables=variables, gradients=gradients):
+            optimizer.apply(gradients, variables)
+            optimizer.apply(gradients, variables)
+
+        two_applies()
+        results.append([v.numpy() for v in variables])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)

@@ -15,11 +15,14 @@ import tensorflow as tf
 from support.accumulation_helpers import VOCAB, tiny_hparams, uneven_micro_batches
 from support.cli_helpers import assert_user_error, run_cli
 from support.window_reference import (
+    BETA_1,
+    BETA_2,
     CONSTANT,
     DECAY,
     MICRO,
     WINDOWS,
     Reference,
+    hand_betas,
     hparams,
     ramp_micro_batches,
     ratio,
@@ -168,21 +171,6 @@ def test_a_resume_inside_a_window_keeps_the_rate_and_the_token_count(tmp_path):
 
 # --- Adam's betas at a fixed half-life in tokens ---------------------------------
 
-BETA_1, BETA_2 = 0.8, 0.95
-
-
-def _hand_betas(reference, beta_1_follows):
-    """Update u's (β1, β2, Π β1, Π β2), by hand: β ** (tokens(u) / reference)."""
-    out, trained = [], 0
-    for u, size in enumerate(WINDOWS):
-        now, total = size * MICRO / reference, (trained + size * MICRO) / reference
-        beta_1, power_1 = BETA_1, BETA_1 ** (u + 1)
-        if beta_1_follows:
-            beta_1, power_1 = BETA_1**now, BETA_1**total
-        out.append((beta_1, BETA_2**now, power_1, BETA_2**total))
-        trained += size * MICRO
-    return out
-
 
 @pytest.mark.parametrize("beta_1_follows", [False, True])
 def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
@@ -210,7 +198,7 @@ def test_adam_betas_keep_their_half_life_in_tokens(beta_1_follows):
             fed += 1
         if fed == len(micro):
             break
-    expected = _hand_betas(reference, beta_1_follows)
+    expected = hand_betas(reference, beta_1_follows)
     assert betas == [pytest.approx(b, rel=1e-6) for b in expected]
     rates = _hand_rates("sqrt", "updates", 0)
     weights, (m, v) = Reference(hp)(

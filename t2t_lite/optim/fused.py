@@ -5,8 +5,8 @@ for m, v, the bias corrections and the step), each a pass over the variable's me
 and, in a traced step, some forty graph ops to build and optimize. TensorFlow's fused
 kernels do the same arithmetic in one pass: ApplyAdam (tf.train.AdamOptimizer's,
 hence T2T's), ApplyKerasMomentum and ApplyGradientDescent (Keras 2's SGD). On
-transformer_base's 60M weights on a CPU, Adam applies an update in about 0.45× the
-time, and a step traces and compiles its update in about half the time
+transformer_base's weights on a CPU, Adam applies an update in about 0.45× the time,
+and its update traces and compiles in about a sixth of Keras's time
 (docs/benchmarks.md, "Fused updates"). The formulas are Keras's, so results agree to
 float rounding, and the slots are Keras's variables: checkpoints are the same
 either way.
@@ -14,6 +14,10 @@ either way.
 An embedding's IndexedSlices gradient counts as its dense form (every row's moments
 decay, as in T2T and as the train step hands its gradients over); Keras 3's own
 optimizers would update only the rows it names.
+
+Keras calls update_step once per variable, so scalars every variable's kernel takes
+(Adam's betas, their powers, ε) would be built once per variable: on transformer_base
+half of the update's graph. FusedAdam builds them once per apply() instead.
 """
 
 import keras
@@ -24,8 +28,27 @@ def _dense(gradient, dtype):
     return tf.cast(tf.convert_to_tensor(gradient), dtype)
 
 
+class _PerApply:
+    """What one apply() shares between its variables' update steps. A plain
+    object, not a dict: Keras would track a dict attribute and save it."""
+
+    def __init__(self):
+        self.scalars = None
+
+
 class FusedAdam(keras.optimizers.Adam):
     """keras.optimizers.Adam (without amsgrad) through TensorFlow's ApplyAdam."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._per_apply = _PerApply()
+
+    def apply(self, grads, trainable_variables=None):
+        self._per_apply.scalars = {}
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._per_apply.scalars = None
 
     def betas(self):
         """(β1, β2, β1^t, β2^t) of the update being applied (t counts from 1),
@@ -35,12 +58,27 @@ class FusedAdam(keras.optimizers.Adam):
         beta_2 = tf.constant(self.beta_2, tf.float32)
         return beta_1, beta_2, beta_1**t, beta_2**t
 
+    def _kernel_scalars(self, variable):
+        """(β1, β2, β1^t, β2^t, ε) in the variable's dtype, built by the first
+        update step of an apply() on the variable's device and reused by the
+        others there. They are the same for every variable: the update count moves
+        only once all are updated. Keyed by graph too, since a cond branch inside
+        an apply is a graph of its own."""
+        cache = self._per_apply.scalars
+        if cache is None:  # update_step called outside apply()
+            cache = {}
+        key = (tf.compat.v1.get_default_graph(), variable.device, variable.dtype)
+        if key not in cache:
+            betas = tuple(tf.cast(b, variable.dtype) for b in self.betas())
+            cache[key] = betas + (tf.constant(self.epsilon, variable.dtype),)
+        return cache[key]
+
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad:
             raise ValueError("FusedAdam has no amsgrad")
         dtype = variable.dtype
         index = self._get_variable_index(variable)
-        beta_1, beta_2, power_1, power_2 = (tf.cast(b, dtype) for b in self.betas())
+        beta_1, beta_2, power_1, power_2, epsilon = self._kernel_scalars(variable)
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle,
             m=self._momentums[index].handle,
@@ -50,7 +88,7 @@ class FusedAdam(keras.optimizers.Adam):
             lr=tf.cast(learning_rate, dtype),
             beta1=beta_1,
             beta2=beta_2,
-            epsilon=tf.constant(self.epsilon, dtype),
+            epsilon=epsilon,
             grad=_dense(gradient, dtype),
         )
 

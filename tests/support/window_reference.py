@@ -29,6 +29,7 @@ from t2t_lite.training.opening.build import build_training
 
 CONSTANT, MOMENTUM, DECAY = 0.5, 0.9, 100
 ADAM_EPSILON = 1e-3  # large enough that the update is not sign(m): ε matters
+BETA_1, BETA_2 = 0.8, 0.95  # Adam's betas where they follow the tokens: far from 1
 MICRO = 64  # batch_size: the tokens one micro-batch stands for in the schedules
 RAMP = f"steps:0={MICRO},2={2 * MICRO},4={4 * MICRO}"  # windows of 1, 1, 2, 2, 4, 4…
 WINDOWS = [1, 1, 2, 2, 4, 4]  # RAMP's first six windows: n changes twice
@@ -152,6 +153,22 @@ class Reference:
         if optimizer == "adam":
             return weights, (velocity, second)
         return weights, velocity
+
+
+def hand_betas(reference, beta_1_follows, micro_tokens=MICRO):
+    """Update u's (β1, β2, Π β1, Π β2) over WINDOWS under the half-life rule
+    (optim/token_adam.py), by hand: β ** (tokens(u) / reference), with tokens(u) =
+    n(u) · micro_tokens, the planned tokens of a micro-step over all replicas."""
+    out, trained = [], 0
+    for u, size in enumerate(WINDOWS):
+        tokens = size * micro_tokens
+        now, total = tokens / reference, (trained + tokens) / reference
+        beta_1, power_1 = BETA_1, BETA_1 ** (u + 1)
+        if beta_1_follows:
+            beta_1, power_1 = BETA_1**now, BETA_1**total
+        out.append((beta_1, BETA_2**now, power_1, BETA_2**total))
+        trained += tokens
+    return out
 
 
 def split_into_windows(items, sizes):
