@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import tempfile
 
 import pytest
 from support.numbers_model import train_numbers_model
@@ -180,6 +181,17 @@ def shared_across_workers(tmp_path_factory, config, name, make):
             directory.mkdir()
             done.write_text(json.dumps(make(str(directory)), default=float))
         return json.loads(done.read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def library_temp_files(tmp_path_factory):
+    """Where the temporary files of the libraries the tests call go: under pytest's
+    own folder, which pytest prunes, not the machine's. TFDS leaves an empty folder
+    in the temporary directory for every builder of a data dir not prepared yet."""
+    previous = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("library_temp_files"))
+    yield
+    tempfile.tempdir = previous
 
 
 @pytest.fixture(scope="session")
