@@ -2,9 +2,10 @@
 
 Each trial starts two `t2t-trainer` workers on 127.0.0.1 (TF_CONFIG, transformer_test,
 n=3, checkpoints every 6 micro-steps, --deterministic), SIGKILLs one of them (workers
-take turns as the victim) at a random moment KILL_SECONDS after worker 0 logs its
-first step (the start-up, ~1 min on 2 cores, is left out: kills land in accumulate
-micro-steps, updates and saves alike), measures how
+take turns as the victim) at a random moment after worker 0 logs its first step
+(the start-up is left out: kills land in accumulate micro-steps, updates and saves
+alike; by default anywhere up to the uninterrupted run's time from its first step to
+its end, measured first), measures how
 long the survivor takes to exit and keeps the last line it printed, then runs both
 commands again to the end and compares the final checkpoint with an uninterrupted
 run's (every variable but the input iterators; "exact" = equal to rtol 1e-5).
@@ -98,17 +99,24 @@ def max_relative_difference(a, b):
     return worst
 
 
+def when_first_step(workers, log):
+    """The moment worker 0 logs its first step, or all workers have ended."""
+    while any(w.poll() is None for w in workers):
+        with open(log) as f:
+            if "] step 1," in f.read():
+                break
+        time.sleep(0.1)
+    return time.monotonic()
+
+
 def trial(root, index, victim, kill_after, train_steps, reference, freeze=False):
     run = os.path.join(root, f"trial{index}")
     log = os.path.join(root, f"trial{index}-first-worker")
     workers = start(run, train_steps, log)
-    began = None
-    while began is None or time.monotonic() - began < kill_after:
+    began = when_first_step(workers, f"{log}0.log")
+    while time.monotonic() - began < kill_after:
         if all(w.poll() is not None for w in workers):
             break
-        if began is None:
-            with open(f"{log}0.log") as f:
-                began = time.monotonic() if "] step 1," in f.read() else None
         time.sleep(0.1)
     result = {"victim": victim, "kill_after": round(kill_after, 1)}
     if workers[victim].poll() is not None:
@@ -150,7 +158,10 @@ def main(argv):
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--train_steps", type=int, default=90)
     p.add_argument(
-        "--kill_seconds", default="0,25", help="MIN,MAX after the first step"
+        "--kill_seconds",
+        default="",
+        help="MIN,MAX after the first step (default: from 0 to the uninterrupted "
+        "run's time from its first step to its end)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -160,18 +171,25 @@ def main(argv):
     )
     harness.add_json_flag(p)
     args = p.parse_args(argv)
-    low, high = (float(v) for v in args.kill_seconds.split(","))
     rng = random.Random(args.seed)
     harness.print_start()
     root = tempfile.mkdtemp(prefix="lost_worker_")
     began = time.monotonic()
     reference_run = os.path.join(root, "reference")
-    codes = [
-        w.wait(timeout=600)
-        for w in start(reference_run, args.train_steps, reference_run + "-worker")
-    ]
+    workers = start(reference_run, args.train_steps, reference_run + "-worker")
+    first_step = when_first_step(workers, reference_run + "-worker0.log")
+    codes = [w.wait(timeout=600) for w in workers]
     assert codes == [0, 0], f"the uninterrupted run failed: {codes} (logs in {root})"
-    print(f"uninterrupted run: {time.monotonic() - began:.0f} s", flush=True)
+    training = time.monotonic() - first_step
+    print(
+        f"uninterrupted run: {time.monotonic() - began:.0f} s, "
+        f"{training:.0f} s of them from its first step",
+        flush=True,
+    )
+    low, high = 0.0, training
+    if args.kill_seconds:
+        low, high = (float(v) for v in args.kill_seconds.split(","))
+    args.kill_seconds = f"{low:.0f}-{high:.0f}"
     reference = state(os.path.join(reference_run, f"model-{args.train_steps}"))
     results = []
     for index in range(args.trials):
@@ -206,10 +224,9 @@ def report(args, results):
         row["survivor exit codes"] = ", ".join(
             sorted({str(r["survivor_exit"]) for r in killed})
         )
-    window = args.kill_seconds.replace(",", "-")
     title = (
         f"Lost worker: the survivor's seconds from the kill to its exit, then an "
-        f"exact restart? ({args.train_steps} steps, kills {window} s "
+        f"exact restart? ({args.train_steps} steps, kills {args.kill_seconds} s "
         "after the first step)"
     )
     note = "spread: (max - min) / median over the trials with a kill"
