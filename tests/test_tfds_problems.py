@@ -1,6 +1,8 @@
 """TFDS translation problems, with tfds.testing.mock_data: never the network."""
 
 import collections
+import os
+import tempfile
 
 import pytest
 import tensorflow_datasets as tfds
@@ -69,7 +71,17 @@ def test_datagen_from_mocked_tfds_round_trips(tmp_path):
     assert train == collections.Counter(t for _, t in kept)
 
 
-def test_unprepared_dataset_is_a_clear_error(tmp_path):
+@pytest.fixture
+def temp_folder(tmp_path, monkeypatch):
+    """The temporary directory, watched: TFDS leaves a folder in it for every
+    builder of a dataset not prepared yet, unless t2t_lite stops it."""
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_unprepared_dataset_is_a_clear_error(tmp_path, temp_folder):
     problem = registry.PROBLEMS.get("translate_wmt14_en_de")()
     config = datagen.DatagenConfig(tfds_data_dir=str(tmp_path / "empty_tfds"))
     with pytest.raises(UserError) as info:
@@ -77,6 +89,7 @@ def test_unprepared_dataset_is_a_clear_error(tmp_path):
     message = str(info.value)
     assert "wmt14_translate/de-en" in message and "empty_tfds" in message
     assert "tfds build" in message and "\n" not in message
+    assert os.listdir(temp_folder) == []
 
 
 def test_file_flags_are_refused(tmp_path):
@@ -86,7 +99,7 @@ def test_file_flags_are_refused(tmp_path):
         datagen.generate(problem, str(tmp_path), config=config, log=quiet)
 
 
-def test_manual_dir_asks_tfds_to_prepare_first(tmp_path, monkeypatch):
+def test_manual_dir_asks_tfds_to_prepare_first(tmp_path, monkeypatch, temp_folder):
     prepared = []
 
     def spy(self, *args, download_config=None, **kwargs):  # a no-op, as under mock
@@ -104,3 +117,4 @@ def test_manual_dir_asks_tfds_to_prepare_first(tmp_path, monkeypatch):
         )
     assert [str(p) for p in prepared] == [str(tmp_path / "manual")]
     assert summary["splits"]["train"]["examples"] > 0
+    assert os.listdir(temp_folder) == []

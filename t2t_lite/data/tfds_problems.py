@@ -11,6 +11,9 @@ vocabulary, TFRecord shards and manifest in --data_dir. Training never touches T
 trainer does not pay its import time.
 """
 
+import contextlib
+import tempfile
+
 from t2t_lite.data.text_problems import FILE_OPTIONS, TextProblem, reject_options
 from t2t_lite.errors import UserError
 from t2t_lite.tf_data import without_autotuning
@@ -37,6 +40,23 @@ def _tfds():
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     return tfds
+
+
+@contextlib.contextmanager
+def _own_temp_folder():
+    """TFDS calls inside it get a temporary folder of their own, removed afterwards.
+
+    For every builder of a dataset not prepared yet, TFDS (4.9) makes an empty
+    folder in the temporary directory (DatasetInfo.initialize_from_bucket, even with
+    GCS off) and never removes it; every datagen run would leave one behind. The
+    folder is set process-wide (tempfile.tempdir): datagen calls TFDS from one thread.
+    """
+    with tempfile.TemporaryDirectory(prefix="t2t_lite_tfds_") as folder:
+        previous, tempfile.tempdir = tempfile.tempdir, folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = previous
 
 
 class TfdsCorpus:
@@ -67,7 +87,8 @@ class TfdsCorpus:
         tfds = _tfds()
         if self.manual_dir:
             log(f"Preparing {self.dataset_name} from {self.manual_dir} with TFDS ...")
-            builder = tfds.builder(self.dataset_name, data_dir=self.data_dir)
+            with _own_temp_folder():
+                builder = tfds.builder(self.dataset_name, data_dir=self.data_dir)
             config = tfds.download.DownloadConfig(manual_dir=self.manual_dir)
             try:
                 builder.download_and_prepare(download_config=config)
@@ -103,13 +124,14 @@ class TfdsCorpus:
         tfds = _tfds()
         tfds_split = self.splits[split]
         try:
-            dataset, info = tfds.load(
-                self.dataset_name,
-                split=tfds_split,
-                data_dir=self.data_dir,
-                download=False,
-                with_info=True,
-            )
+            with _own_temp_folder():
+                dataset, info = tfds.load(
+                    self.dataset_name,
+                    split=tfds_split,
+                    data_dir=self.data_dir,
+                    download=False,
+                    with_info=True,
+                )
         except (AssertionError, FileNotFoundError, ValueError) as e:
             raise UserError(
                 f"TFDS dataset {self.dataset_name} (split {tfds_split}) cannot be read "
