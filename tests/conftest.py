@@ -184,14 +184,20 @@ def shared_across_workers(tmp_path_factory, config, name, make):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def library_temp_files(tmp_path_factory):
-    """Where the temporary files of the libraries the tests call go: under pytest's
-    own folder, which pytest prunes, not the machine's. TFDS leaves an empty folder
-    in the temporary directory for every builder of a data dir not prepared yet."""
-    previous = tempfile.tempdir
-    tempfile.tempdir = str(tmp_path_factory.mktemp("library_temp_files"))
+def temp_files(tmp_path_factory):
+    """Where temporary files go, in this process and the ones the tests start:
+    under pytest's own folder, which pytest prunes, not the machine's. A process
+    the tests kill cannot remove its own (AutoGraph writes each converted function
+    to a temporary file and removes it at exit)."""
+    folder = str(tmp_path_factory.mktemp("temp_files"))
+    previous = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = folder
     yield
-    tempfile.tempdir = previous
+    tempfile.tempdir = previous[0]
+    if previous[1] is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = previous[1]
 
 
 @pytest.fixture(scope="session")

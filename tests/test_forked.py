@@ -31,23 +31,25 @@ def test_a_script_sees_what_a_fresh_python_would(tmp_path):
     script = _script(
         tmp_path,
         """
-        import json, os, sys
+        import json, os, sys, tempfile
         preloaded = "tensorflow" in sys.modules
         print(json.dumps({
             "argv": sys.argv, "orig_argv": sys.orig_argv, "path0": sys.path[0],
             "path1": sys.path[1], "cwd": os.getcwd(), "env": os.environ.get("WHO"),
-            "main": __name__, "preloaded": preloaded,
+            "main": __name__, "preloaded": preloaded, "temp": tempfile.gettempdir(),
         }))
         """,
     )
-    other = tmp_path / "elsewhere"
+    other, temp = tmp_path / "elsewhere", tmp_path / "temp"
     other.mkdir()
+    temp.mkdir()
+    environment = {"WHO": "child", "PYTHONPATH": "/somewhere", "TMPDIR": str(temp)}
     result = forked.run(
         [sys.executable, script, "--flag", "x y"],
         capture_output=True,
         text=True,
         cwd=other,
-        env={**os.environ, "WHO": "child", "PYTHONPATH": "/somewhere"},
+        env={**os.environ, **environment},
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -56,6 +58,7 @@ def test_a_script_sees_what_a_fresh_python_would(tmp_path):
     assert seen["orig_argv"] == [sys.executable, script, "--flag", "x y"]
     assert (seen["path0"], seen["path1"]) == (str(tmp_path), "/somewhere")
     assert (seen["cwd"], seen["env"], seen["main"]) == (str(other), "child", "__main__")
+    assert seen["temp"] == str(temp)
     assert seen["preloaded"]  # forked from the server, not a fresh Python
 
 

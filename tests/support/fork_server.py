@@ -29,6 +29,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import types
 
 
@@ -149,6 +150,7 @@ def _run_as_main(request, base_path):
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # found again from this environment's TMPDIR
     argv = request["argv"]
     module = argv[1] == "-m"
     target = argv[2] if module else argv[1]
