@@ -36,8 +36,13 @@ class _PerApply:
         self.scalars = None
 
 
-class FusedAdam(keras.optimizers.Adam):
-    """keras.optimizers.Adam (without amsgrad) through TensorFlow's ApplyAdam."""
+class OncePerApply:
+    """A mixin for a Keras optimizer whose update steps share scalars (betas, their
+    powers, a step size): `shared(variable, build)` returns `build(dtype)` built by
+    the first update step of an apply() on the variable's device and reused by the
+    others there. They are the same for every variable: the update count moves only
+    once all are updated. Keyed by graph too, since a cond branch inside an apply is
+    a graph of its own; an update_step called outside apply() builds its own."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -50,6 +55,19 @@ class FusedAdam(keras.optimizers.Adam):
         finally:
             self._per_apply.scalars = None
 
+    def shared(self, variable, build):
+        cache = self._per_apply.scalars
+        if cache is None:
+            cache = {}
+        key = (tf.compat.v1.get_default_graph(), variable.device, variable.dtype)
+        if key not in cache:
+            cache[key] = build(variable.dtype)
+        return cache[key]
+
+
+class FusedAdam(OncePerApply, keras.optimizers.Adam):
+    """keras.optimizers.Adam (without amsgrad) through TensorFlow's ApplyAdam."""
+
     def betas(self):
         """(β1, β2, β1^t, β2^t) of the update being applied (t counts from 1),
         float32 tensors; subclasses change how the betas move."""
@@ -58,27 +76,19 @@ class FusedAdam(keras.optimizers.Adam):
         beta_2 = tf.constant(self.beta_2, tf.float32)
         return beta_1, beta_2, beta_1**t, beta_2**t
 
-    def _kernel_scalars(self, variable):
-        """(β1, β2, β1^t, β2^t, ε) in the variable's dtype, built by the first
-        update step of an apply() on the variable's device and reused by the
-        others there. They are the same for every variable: the update count moves
-        only once all are updated. Keyed by graph too, since a cond branch inside
-        an apply is a graph of its own."""
-        cache = self._per_apply.scalars
-        if cache is None:  # update_step called outside apply()
-            cache = {}
-        key = (tf.compat.v1.get_default_graph(), variable.device, variable.dtype)
-        if key not in cache:
-            betas = tuple(tf.cast(b, variable.dtype) for b in self.betas())
-            cache[key] = betas + (tf.constant(self.epsilon, variable.dtype),)
-        return cache[key]
+    def _kernel_scalars(self, dtype):
+        """(β1, β2, β1^t, β2^t, ε) in `dtype`."""
+        betas = tuple(tf.cast(b, dtype) for b in self.betas())
+        return betas + (tf.constant(self.epsilon, dtype),)
 
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad:
             raise ValueError("FusedAdam has no amsgrad")
         dtype = variable.dtype
         index = self._get_variable_index(variable)
-        beta_1, beta_2, power_1, power_2, epsilon = self._kernel_scalars(variable)
+        beta_1, beta_2, power_1, power_2, epsilon = self.shared(
+            variable, self._kernel_scalars
+        )
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle,
             m=self._momentums[index].handle,
