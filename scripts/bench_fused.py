@@ -1,12 +1,14 @@
-"""An optimizer's update: Keras's against t2t_lite's fused one, side by side.
+"""An optimizer's update: Keras's against t2t_lite's, side by side.
 
 FusedAdam and FusedSGD (t2t_lite/optim/fused.py) apply Keras's Adam and SGD
-formulas through one TensorFlow kernel per variable (ApplyAdam, ApplyKerasMomentum).
-This measures, for --optimizer on a model's real variables
+formulas through one TensorFlow kernel per variable (ApplyAdam, ApplyKerasMomentum);
+FactoredAdafactor (t2t_lite/optim/adafactor.py) is Keras's Adafactor without a
+matrix's full-size slot. This measures, for --optimizer on a model's real variables
 (--hparams_set, seeded), what that changes: the CPU seconds to trace one update, the
 first call (graph optimization and kernel creation included), the median seconds of
-an update after that, the graph's op count, and how far the weights drift apart
-after the timed updates (float rounding only: the formula is the same).
+an update after that, the graph's op count, the optimizer's state in MiB, and how
+far the weights drift apart after the timed updates (float rounding only: the
+formula is the same).
 
 Each configuration runs in a fresh child process, interleaved over rounds; the
 harness's table gives the update's median seconds and its ratio to Keras's, the
@@ -14,6 +16,7 @@ other parts as columns. --json writes the rows.
 
   python scripts/bench_fused.py --rounds=3                         # Adam, transformer_base
   python scripts/bench_fused.py --optimizer=momentum --rounds=3
+  python scripts/bench_fused.py --optimizer=adafactor --rounds=3
   python scripts/bench_fused.py --hparams_set=transformer_test --rounds=5
 """
 
@@ -25,12 +28,17 @@ import time
 
 from benchkit import builds, harness
 
-CONFIGS = ("keras", "fused")
+CONFIGS = ("keras", "t2t_lite")
 # --optimizer: (Keras's class name, t2t_lite's, keyword arguments)
 OPTIMIZERS = {
     "adam": ("Adam", "FusedAdam", {"beta_1": 0.9, "beta_2": 0.997, "epsilon": 1e-9}),
     "momentum": ("SGD", "FusedSGD", {"momentum": 0.9}),
     "sgd": ("SGD", "FusedSGD", {}),
+    "adafactor": (
+        "Adafactor",
+        "FactoredAdafactor",
+        {"beta_2_decay": -0.8, "clip_threshold": 1.0},
+    ),
 }
 
 
@@ -51,25 +59,26 @@ def child(args):
     import tensorflow as tf
 
     from t2t_lite.graph import graph_function
-    from t2t_lite.optim import fused
+    from t2t_lite.optim import adafactor, fused
 
     hp = builds.hparams(args.hparams_set)
     model = builds.build_seeded_model(hp, vocab_size=8000, seed=1)
     variables = model.trainable_variables
-    keras_name, fused_name, options = OPTIMIZERS[args.optimizer]
+    keras_name, ours, options = OPTIMIZERS[args.optimizer]
     if args.config == "keras":
         optimizer_class = getattr(keras.optimizers, keras_name)
     else:
-        optimizer_class = getattr(fused, fused_name)
+        optimizer_class = getattr(fused, ours, None) or getattr(adafactor, ours)
     optimizer = optimizer_class(learning_rate=1e-3, **options)
     optimizer.build(variables)
+    state = sum(v.numpy().nbytes for v in optimizer.variables)
     rng = np.random.default_rng(0)
     gradients = [
         tf.constant(rng.standard_normal(v.shape).astype(np.float32) * 1e-3)
         for v in variables
     ]
     update = graph_function(lambda g: optimizer.apply(g, variables))
-    out = {"variables": len(variables)}
+    out = {"variables": len(variables), "state_mib": state / 2**20}
     began = time.process_time()
     graph = update.get_concrete_function(gradients).graph
     out["trace_cpu"] = time.process_time() - began
@@ -106,7 +115,7 @@ def main(argv):
     report(args, results)
 
 
-PARTS = ("trace_cpu", "first_call", "ops", "variables")
+PARTS = ("trace_cpu", "first_call", "ops", "state_mib", "variables")
 
 
 def report(args, results):
@@ -124,17 +133,17 @@ def report(args, results):
     harness.print_table(title, rows, "s", "keras", PARTS)
     ratios = {
         key: harness.median_ratio(
-            [r[key] for r in results["fused"]], [r[key] for r in results["keras"]]
+            [r[key] for r in results["t2t_lite"]], [r[key] for r in results["keras"]]
         )
-        for key in ("update", "trace_cpu", "first_call", "ops")
+        for key in ("update", "trace_cpu", "first_call", "ops", "state_mib")
     }
     drift = max(
         abs(f["weights_sum"] - k["weights_sum"])
-        for f, k in zip(results["fused"], results["keras"])
+        for f, k in zip(results["t2t_lite"], results["keras"])
     )
     print(
-        "fused / keras per part (median of per-round ratios): "
-        + ", ".join(f"{key} {ratio:.2f}" for key, ratio in ratios.items())
+        "t2t_lite / keras per part (median of per-round ratios): "
+        + ", ".join(f"{key} {ratio:.3g}" for key, ratio in ratios.items())
         + f"; largest difference of the weights' sums: {drift:.3g}"
     )
     harness.write_json(args.json, "bench_fused", rows, "s", "keras", part_ratios=ratios)

@@ -1,7 +1,8 @@
 """Registered optimizers: a name → a function (hp, learning_rate) → Keras optimizer.
 
 The Keras optimizers are used for their update rules only; Adam, SGD and momentum
-apply them with one TensorFlow kernel per variable (optim/fused.py). Gradient normalization,
+apply them with one TensorFlow kernel per variable (optim/fused.py), and Adafactor
+keeps a matrix's second moments factored (optim/adafactor.py). Gradient normalization,
 weight decay and clipping are done by t2t_lite once per update on the accumulated
 gradient (see training/step/train_step.py), so none of Keras's `global_clipnorm`,
 `weight_decay` or `gradient_accumulation_steps` options is ever turned on: Keras's
@@ -12,8 +13,7 @@ means, which is not what docs/design.md §2 asks for.
 applies whenever optimizer_multistep_accumulate_steps > 1, for any optimizer.
 """
 
-import keras
-
+from t2t_lite.optim.adafactor import FactoredAdafactor
 from t2t_lite.optim.fused import FusedAdam, FusedSGD
 from t2t_lite.registry import OPTIMIZERS
 
@@ -48,7 +48,7 @@ def momentum(hp, learning_rate):
 
 @OPTIMIZERS.register("adafactor")
 def adafactor(hp, learning_rate):
-    return keras.optimizers.Adafactor(
+    return FactoredAdafactor(
         learning_rate=learning_rate,
         beta_2_decay=-hp.optimizer_adafactor_decay_rate,
         clip_threshold=hp.optimizer_adafactor_clipping_threshold,
