@@ -18,9 +18,9 @@ The scalars every variable's update takes are built once per apply() (OncePerApp
 
 A checkpoint names each slot as Keras's Adafactor does, by its place in Keras's
 flat list of optimizer variables (r, c and v of every variable in turn); the
-places of the slots this class does not keep are left out. So a run written with
+places of the slots this class does not keep hold a scalar. So a run written with
 Keras's Adafactor resumes here exactly: its r, c and vectors' v are restored, and
-its full-size slots are left unread.
+its full-size slots are read and dropped.
 """
 
 import keras
@@ -42,14 +42,31 @@ class _Held:
 
 
 class _Indexed(tf.__internal__.tracking.Trackable):
-    """Checkpoint children named by position ("0", "1", ...), gaps left out."""
+    """Checkpoint children named by position: "0", "1", ..."""
 
     def __init__(self, slots):
         self._slots = slots
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         del save_type, kwargs
-        return {str(k): slot for k, slot in enumerate(self._slots) if slot is not None}
+        return {str(k): slot for k, slot in enumerate(self._slots)}
+
+
+class _Unread(tf.__internal__.tracking.Trackable):
+    """A place of Keras's layout where this class keeps no slot (a matrix's full
+    slot, a vector's scalar placeholders). Restoring, it takes the value there and
+    drops it, so that a checkpoint of Keras's Adafactor restores with no value
+    left over (TensorFlow warns of each one); it saves a scalar zero of the dtype
+    Keras's variable there has."""
+
+    def __init__(self, dtype):
+        self._dtype = dtype
+
+    def _serialize_to_tensors(self):
+        return {"VARIABLE_VALUE": tf.zeros([], self._dtype)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        del restored_tensors
 
 
 class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
@@ -59,8 +76,8 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
         if self.built:
             return
         keras.optimizers.Optimizer.build(self, var_list)  # not Adafactor's slots
-        # Keras's Adafactor adds r, c and v for every variable in turn (scalar
-        # placeholders for a vector's r and c, a full-size v for a matrix).
+        # Keras's Adafactor adds r, c and v for every variable in turn (int32
+        # scalar placeholders for a vector's r and c, a full-size v for a matrix).
         layout, r, c, v = list(self._variables), [], [], []
         for var in var_list:
             if self._overwrite_variable_with_gradient(var):
@@ -72,11 +89,11 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
                     self.add_variable(columns, dtype=var.dtype, name=var.name),
                     None,
                 )
-                layout.extend(slots)
+                layout.extend((*slots[:2], _Unread(var.dtype)))
             else:
                 velocity = self.add_variable_from_reference(var, name="velocity")
                 slots = (None, None, velocity)
-                layout.extend(slots)
+                layout.extend((_Unread(tf.int32), _Unread(tf.int32), velocity))
             for slot_list, slot in zip((r, c, v), slots):
                 slot_list.append(slot)
         self._r, self._c, self._v = r, c, v
