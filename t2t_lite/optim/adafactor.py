@@ -129,18 +129,23 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
         )
         index = self._get_variable_index(variable)
         gradient = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)
-        squared = tf.square(gradient) + epsilon_1
+        squared = tf.square(gradient)
         velocity = self._v[index]
+        # Each line below is a pass over the variable's memory or less: ε1 is
+        # added to the means (the mean of g² + ε1 is theirs plus ε1), the
+        # clipping and the parameter scale multiply the update once, together.
         if velocity is None:
             rows, columns = self._r[index], self._c[index]
-            rows.assign(decay * rows + (1 - decay) * tf.reduce_mean(squared, -1))
-            columns.assign(decay * columns + (1 - decay) * tf.reduce_mean(squared, -2))
+            row_mean = tf.reduce_mean(squared, -1) + epsilon_1
+            column_mean = tf.reduce_mean(squared, -2) + epsilon_1
+            rows.assign(decay * rows + (1 - decay) * row_mean)
+            columns.assign(decay * columns + (1 - decay) * column_mean)
             row_factor = tf.math.rsqrt(rows / tf.reduce_mean(rows, -1, keepdims=True))
             column_factor = tf.math.rsqrt(columns)
             update = gradient * row_factor[..., None] * column_factor[..., None, :]
         else:
-            velocity.assign(decay * velocity + (1 - decay) * squared)
+            velocity.assign(decay * velocity + (1 - decay) * (squared + epsilon_1))
             update = gradient * tf.math.rsqrt(velocity)
-        update /= tf.maximum(1.0, _rms(update) / self.clip_threshold)
-        scale = tf.maximum(epsilon_2, _rms(variable)) * rate
+        clipping = tf.maximum(1.0, _rms(update) / self.clip_threshold)
+        scale = tf.maximum(epsilon_2, _rms(variable)) * rate / clipping
         variable.assign_sub(scale * update)
