@@ -134,3 +134,29 @@ def test_a_keras_adafactor_checkpoint_resumes_exactly(tmp_path):
     restore.assert_existing_objects_matched()
     for a, b in zip(optimizer.variables, optimizer_again.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_checkpoint_restored_before_build_waits_for_the_slots(tmp_path):
+    """Restored into an optimizer not built yet, a checkpoint's slots wait for
+    build (Keras's own list, whose places differ, never sees them)."""
+    gradients = _gradients(6)
+    variables = _variables()
+    keras_optimizer = _optimizer(keras.optimizers.Adafactor, variables)
+    for grads in gradients[:3]:
+        keras_optimizer.apply(grads, variables)
+    written = tf.train.Checkpoint(w=variables, optimizer=keras_optimizer).write(
+        str(tmp_path / "keras")
+    )
+    for grads in gradients[3:]:
+        keras_optimizer.apply(grads, variables)
+
+    resumed = _variables()
+    optimizer = FactoredAdafactor(
+        learning_rate=RATE, beta_2_decay=-0.8, clip_threshold=1.0
+    )
+    tf.train.Checkpoint(w=resumed, optimizer=optimizer).read(written)
+    optimizer.build(resumed)
+    assert float(tf.reduce_sum(optimizer._r[0])) > 0  # restored, not zeros
+    for grads in gradients[3:]:
+        optimizer.apply(grads, resumed)
+    _assert_close([v.numpy() for v in resumed], [v.numpy() for v in variables])

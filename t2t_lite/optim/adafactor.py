@@ -98,16 +98,19 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
                 slot_list.append(slot)
         self._r, self._c, self._v = r, c, v
         # One object for every call of _trackable_children: a save looks it up.
-        self._keras_layout = _Held(_Indexed(layout))
+        indexed = _Indexed(layout)
+        self._keras_layout = _Held(indexed)
+        # A checkpoint restored before this build left its slots waiting.
+        self._handle_deferred_dependencies(name="_variables", trackable=indexed)
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         """The slots under the names Keras's Adafactor gives them (module
-        docstring). The slots must exist before a restore (TrainStep builds its
-        optimizer first): a restore into the empty list would be lost."""
+        docstring). Before build there are none: a restore then leaves them
+        waiting for build, rather than for Keras's own list, whose places differ."""
         children = super()._trackable_children(save_type, **kwargs)
+        for name in ("_r", "_c", "_v", "_variables"):
+            children.pop(name, None)
         if self.built:
-            for name in ("_r", "_c", "_v"):
-                children.pop(name, None)
             children["_variables"] = self._keras_layout.value
         return children
 
