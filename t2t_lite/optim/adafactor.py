@@ -134,9 +134,9 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
         gradient = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)
         squared = tf.square(gradient)
         velocity = self._v[index]
-        # Each line below is a pass over the variable's memory or less: ε1 is
-        # added to the means (the mean of g² + ε1 is theirs plus ε1), the
-        # clipping and the parameter scale multiply the update once, together.
+        # An update's cost is its passes over the variable's memory, so ε1 is
+        # added to a matrix's means (the mean of g² + ε1 is theirs plus ε1), and
+        # the clipping and the parameter scale multiply the update once, together.
         if velocity is None:
             rows, columns = self._r[index], self._c[index]
             row_mean = tf.reduce_mean(squared, -1) + epsilon_1
