@@ -92,9 +92,9 @@ def test_scalars_are_built_once_per_apply():
     assert types.count("Pow") == 1  # the decay 1 - t^-0.8, for all three variables
 
 
-def test_a_keras_adafactor_checkpoint_resumes_exactly(tmp_path):
-    """A run checkpointed with Keras's Adafactor goes on here as it would have
-    there; this class's own checkpoints hold no full-size slot and resume too."""
+def _keras_run(tmp_path):
+    """Keras's Adafactor over 6 updates: (their gradients, the checkpoint written
+    after 3, the weights after 6)."""
     gradients = _gradients(6)
     variables = _variables()
     keras_optimizer = _optimizer(keras.optimizers.Adafactor, variables)
@@ -105,6 +105,13 @@ def test_a_keras_adafactor_checkpoint_resumes_exactly(tmp_path):
     )
     for grads in gradients[3:]:
         keras_optimizer.apply(grads, variables)
+    return gradients, written, variables
+
+
+def test_a_keras_adafactor_checkpoint_resumes_exactly(tmp_path):
+    """A run checkpointed with Keras's Adafactor goes on here as it would have
+    there; this class's own checkpoints hold no full-size slot and resume too."""
+    gradients, written, variables = _keras_run(tmp_path)
 
     resumed = _variables()
     optimizer = _optimizer(FactoredAdafactor, resumed)
@@ -139,16 +146,7 @@ def test_a_keras_adafactor_checkpoint_resumes_exactly(tmp_path):
 def test_a_checkpoint_restored_before_build_waits_for_the_slots(tmp_path):
     """Restored into an optimizer not built yet, a checkpoint's slots wait for
     build (Keras's own list, whose places differ, never sees them)."""
-    gradients = _gradients(6)
-    variables = _variables()
-    keras_optimizer = _optimizer(keras.optimizers.Adafactor, variables)
-    for grads in gradients[:3]:
-        keras_optimizer.apply(grads, variables)
-    written = tf.train.Checkpoint(w=variables, optimizer=keras_optimizer).write(
-        str(tmp_path / "keras")
-    )
-    for grads in gradients[3:]:
-        keras_optimizer.apply(grads, variables)
+    gradients, written, variables = _keras_run(tmp_path)
 
     resumed = _variables()
     optimizer = FactoredAdafactor(
