@@ -26,19 +26,11 @@ its full-size slots are read and dropped.
 import keras
 import tensorflow as tf
 
-from t2t_lite.optim.fused import OncePerApply
+from t2t_lite.optim.fused import OncePerApply, Untracked
 
 
 def _rms(x):
     return tf.sqrt(tf.reduce_mean(tf.square(x)))
-
-
-class _Held:
-    """Holds an object out of Keras's sight: Keras tracks a trackable or a list
-    attribute of an optimizer and saves it under the attribute's name."""
-
-    def __init__(self, value):
-        self.value = value
 
 
 class _Indexed(tf.__internal__.tracking.Trackable):
@@ -99,7 +91,7 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
         self._r, self._c, self._v = r, c, v
         # One object for every call of _trackable_children: a save looks it up.
         indexed = _Indexed(layout)
-        self._keras_layout = _Held(indexed)
+        self._keras_layout = Untracked(indexed)
         # A checkpoint restored before this build left its slots waiting.
         self._handle_deferred_dependencies(name="_variables", trackable=indexed)
 

@@ -28,12 +28,12 @@ def _dense(gradient, dtype):
     return tf.cast(tf.convert_to_tensor(gradient), dtype)
 
 
-class _PerApply:
-    """What one apply() shares between its variables' update steps. A plain
-    object, not a dict: Keras would track a dict attribute and save it."""
+class Untracked:
+    """Holds a value out of Keras's sight: Keras tracks a dict, list or trackable
+    attribute of an optimizer and saves it in checkpoints under its name."""
 
-    def __init__(self):
-        self.scalars = None
+    def __init__(self, value=None):
+        self.value = value
 
 
 class OncePerApply:
@@ -46,17 +46,17 @@ class OncePerApply:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._per_apply = _PerApply()
+        self._per_apply = Untracked()  # the scalars of the apply() under way
 
     def apply(self, grads, trainable_variables=None):
-        self._per_apply.scalars = {}
+        self._per_apply.value = {}
         try:
             return super().apply(grads, trainable_variables)
         finally:
-            self._per_apply.scalars = None
+            self._per_apply.value = None
 
     def shared(self, variable, build):
-        cache = self._per_apply.scalars
+        cache = self._per_apply.value
         if cache is None:
             cache = {}
         key = (tf.compat.v1.get_default_graph(), variable.device, variable.dtype)
