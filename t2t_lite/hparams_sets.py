@@ -56,6 +56,9 @@ def transformer_base():  # noqa: PLR0915
     d("optimizer_momentum_nesterov", False)  # use Nesterov momentum
     d("optimizer_adafactor_decay_rate", 0.8)  # Adafactor second-moment decay exponent
     d("optimizer_adafactor_clipping_threshold", 1.0)  # Adafactor update clipping
+    # Adafactor's step min(rate, 1/sqrt(update)), as Keras's; False: the rate as
+    # given, as T2T's and fairseq's relative_step=False (optim/adafactor.py):
+    d("optimizer_adafactor_relative_step", True)
     d("optimizer_multistep_accumulate_steps", 1)  # micro-batches per update; 0/1: none
     # Tokens per update to aim for; 0: off. Sets n = ceil(this / (batch_size *
     # replicas)) (leave optimizer_multistep_accumulate_steps at 1):

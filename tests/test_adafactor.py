@@ -28,19 +28,19 @@ def _gradients(updates, seed=1):
     ]
 
 
-def _optimizer(optimizer_class, variables):
+def _optimizer(optimizer_class, variables, rate=RATE, **options):
     optimizer = optimizer_class(
-        learning_rate=RATE, beta_2_decay=-0.8, clip_threshold=1.0
+        learning_rate=rate, beta_2_decay=-0.8, clip_threshold=1.0, **options
     )
     optimizer.build(variables)
     return optimizer
 
 
-def _train(optimizer_class, gradients, sparse=False):
+def _train(optimizer_class, gradients, sparse=False, rate=RATE, **options):
     """Weights after one traced update per entry of `gradients`. sparse: the
     vector's gradient reaches the optimizer as IndexedSlices of all its rows."""
     variables = _variables()
-    optimizer = _optimizer(optimizer_class, variables)
+    optimizer = _optimizer(optimizer_class, variables, rate, **options)
 
     @tf.function(autograph=False)
     def update(grads):
@@ -69,6 +69,54 @@ def test_updates_equal_keras_adafactor(sparse):
     start = _variables()
     for moved, before in zip(factored, start):
         assert np.max(np.abs(moved - before.numpy())) > 1e-2  # every one moved
+
+
+def _t2t_reference(gradients, rate):
+    """The weights T2T's AdafactorOptimizer (given `rate`, no momentum) reaches, in
+    float64 NumPy: decay 1 - t^-0.8, step rate x max(1e-3, RMS(w)), clipping at RMS
+    1; a variable's last two dimensions factored."""
+
+    def rms(x):
+        return np.sqrt(np.mean(np.square(x)))
+
+    weights = [v.numpy().astype(np.float64) for v in _variables()]
+    moments = [None] * len(weights)
+    for t, grads in enumerate(gradients, 1):
+        decay = 1 - t**-0.8
+        for i, (w, g) in enumerate(zip(weights, grads)):
+            g = g.numpy().astype(np.float64)
+            squared = g * g + 1e-30
+            if w.ndim >= 2:
+                rows, columns = moments[i] or (0.0, 0.0)
+                rows = decay * rows + (1 - decay) * squared.mean(-1)
+                columns = decay * columns + (1 - decay) * squared.mean(-2)
+                moments[i] = rows, columns
+                relative = rows / rows.mean(-1, keepdims=True)
+                second = relative[..., None] * columns[..., None, :]
+            else:
+                previous = 0.0 if moments[i] is None else moments[i]
+                second = moments[i] = decay * previous + (1 - decay) * squared
+            update = g / np.sqrt(second)
+            update /= max(1.0, rms(update))
+            w -= rate * max(1e-3, rms(w)) * update
+    return weights
+
+
+def test_the_relative_step_caps_the_rate_unless_turned_off():
+    """At a rate of 0.5 the cap 1/sqrt(t) binds from update 5 on: capped, the
+    updates are Keras's; uncapped, T2T's, and the two differ."""
+    gradients = _gradients(15)
+    capped, _, _ = _train(FactoredAdafactor, gradients, rate=0.5)
+    keras_capped, _, _ = _train(keras.optimizers.Adafactor, gradients, rate=0.5)
+    _assert_close(capped, keras_capped)
+    uncapped, optimizer, _ = _train(
+        FactoredAdafactor, gradients, rate=0.5, relative_step=False
+    )
+    reference = _t2t_reference(gradients, 0.5)
+    for got, want in zip(uncapped, reference):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert max(np.max(np.abs(a - b)) for a, b in zip(capped, uncapped)) > 0.1
+    assert optimizer.get_config()["relative_step"] is False
 
 
 def test_a_matrix_keeps_only_its_row_and_column_means():

@@ -211,11 +211,13 @@ def test_sgd_momentum_and_adafactor_use_the_hparams():
             optimizer="adafactor",
             optimizer_adafactor_decay_rate=0.6,
             optimizer_adafactor_clipping_threshold=2.0,
+            optimizer_adafactor_relative_step=False,
         ),
         0.1,
     )
     assert isinstance(adafactor, keras.optimizers.Adafactor)
     assert adafactor.beta_2_decay == -0.6 and adafactor.clip_threshold == 2.0
+    assert adafactor.relative_step is False
 
 
 def test_unknown_optimizer_name_is_a_registry_error():

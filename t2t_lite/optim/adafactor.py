@@ -12,7 +12,11 @@ only for vectors, as T2T's AdafactorOptimizer does.
 
 The formulas are Keras's (the relative step min(rate, 1/√t), the decay 1 - t^-0.8,
 the parameter scale max(ε2, RMS(w)), update clipping by RMS), so results agree with
-keras.optimizers.Adafactor to float rounding. The estimate is applied as T2T applies
+keras.optimizers.Adafactor to float rounding. With relative_step=False the step is
+the rate the schedule gives, uncapped, as in T2T's AdafactorOptimizer given a
+learning rate (and fairseq's relative_step=False); Keras caps it at 1/√t even then.
+The cap binds once t > 1/rate², so a constant rate of 0.05 becomes 1/√t decay after
+400 updates. The estimate is applied as T2T applies
 it, as row and column factors of the gradient, without forming the full-size tensor.
 The scalars every variable's update takes are built once per apply() (OncePerApply).
 
@@ -109,7 +113,9 @@ class FactoredAdafactor(OncePerApply, keras.optimizers.Adafactor):
     def _step_scalars(self, learning_rate, dtype):
         """(step size ρ, decay β2, ε2, ε1) of the update being applied."""
         step = tf.cast(self.iterations + 1, dtype)
-        rate = tf.minimum(tf.cast(learning_rate, dtype), tf.math.rsqrt(step))
+        rate = tf.cast(learning_rate, dtype)
+        if self.relative_step:
+            rate = tf.minimum(rate, tf.math.rsqrt(step))
         decay = 1 - tf.pow(step, tf.cast(self.beta_2_decay, dtype))
         return (
             rate,

@@ -52,6 +52,7 @@ def adafactor(hp, learning_rate):
         learning_rate=learning_rate,
         beta_2_decay=-hp.optimizer_adafactor_decay_rate,
         clip_threshold=hp.optimizer_adafactor_clipping_threshold,
+        relative_step=hp.optimizer_adafactor_relative_step,
     )
 
 
