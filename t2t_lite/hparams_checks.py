@@ -15,6 +15,7 @@ from t2t_lite.registry import MODELS, OPTIMIZERS
 # model. A user's hparams set starts from a registered one, so it has them all.
 _POSITIVE = (
     "min_length_bucket",
+    "shuffle_buffer_size",
     "max_consecutive_bad_updates",
 )
 _NON_NEGATIVE = (

@@ -42,6 +42,10 @@ def transformer_base():  # noqa: PLR0915
     d("max_length", 256)  # longer examples are dropped; 0 means batch_size
     d("min_length_bucket", 8)  # smallest length bucket boundary
     d("length_bucket_step", 1.1)  # bucket boundaries grow by this factor
+    # Training examples shuffled in memory. The buffer's contents are part of every
+    # checkpoint (a resume continues with the same examples): about this many
+    # examples' tokens per checkpoint, and as many read before the first step.
+    d("shuffle_buffer_size", 10000)
     # --- Optimizer ---
     d("optimizer", "adam")  # adam, multistep_adam, sgd, momentum, adafactor
     d("optimizer_adam_beta1", 0.9)  # Adam first-moment decay
@@ -184,6 +188,7 @@ def transformer_test():
         num_heads=2,
         batch_size=256,
         max_length=32,
+        shuffle_buffer_size=1000,
         learning_rate_schedule="constant*linear_warmup",
         learning_rate_constant=0.01,
         learning_rate_warmup_steps=10,

@@ -122,6 +122,7 @@ ROWS = [
         ["layer_prepostprocess_dropout"],
     ),
     (["--hparams=length_bucket_step=1.0"], "fresh", ["length_bucket_step"]),
+    (["--hparams=shuffle_buffer_size=0"], "fresh", ["shuffle_buffer_size"]),
     (
         ["--hparams_set=transformer_bse"],
         "fresh",

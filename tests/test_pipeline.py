@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.data import pipeline
+from t2t_lite.hparams_sets import transformer_test
 
 
 def random_examples(num, max_len, seed=0):
@@ -144,6 +145,36 @@ def test_eval_is_deterministic_and_seeded_training_is_reproducible():
     assert run(False, None) == run(False, None)
     assert run(True, 11) == run(True, 11)
     assert run(True, 11) != run(False, None)  # Training shuffles.
+
+
+class _Listed:
+    """A problem whose every split is `examples`, in order."""
+
+    def __init__(self, examples):
+        self.examples = examples
+
+    def replica_dataset(self, split, data_dir, replica, num_replicas):
+        return to_dataset(self.examples)
+
+
+def test_the_shuffle_buffer_is_the_hparams_size():
+    """All examples of one length: a batch holds the next ones the shuffle gives,
+    so a buffer of one keeps the order and a buffer of all of them does not."""
+    examples = [((i + 2, 3, 4, 1), (5, 6, 1)) for i in range(300)]
+
+    def first_batch(size):
+        hp = transformer_test().override(
+            batch_size=40, max_length=10, shuffle_buffer_size=size
+        )
+        batches = pipeline.batches_from_hparams(
+            _Listed(examples), hp, "train", training=True, seed=3
+        )
+        batch = next(iter(batches))
+        return [int(row[0]) - 2 for row in batch["inputs"].numpy()]
+
+    assert first_batch(1) == list(range(5))  # 40 tokens // the bucket's 8
+    shuffled = first_batch(300)
+    assert len(shuffled) == 5 and shuffled != list(range(5))
 
 
 def test_training_repeats_forever_by_default():

@@ -202,6 +202,7 @@ def batches_from_hparams(
         min_length_bucket=hp.min_length_bucket,
         length_bucket_step=hp.length_bucket_step,
         training=training,
+        shuffle_buffer=hp.shuffle_buffer_size,
         seed=seed,
         pad_to_bucket=pad_to_bucket,
     )
