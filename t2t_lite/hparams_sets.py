@@ -42,9 +42,8 @@ def transformer_base():  # noqa: PLR0915
     d("max_length", 256)  # longer examples are dropped; 0 means batch_size
     d("min_length_bucket", 8)  # smallest length bucket boundary
     d("length_bucket_step", 1.1)  # bucket boundaries grow by this factor
-    # Training examples shuffled in memory. The buffer's contents are part of every
-    # checkpoint (a resume continues with the same examples): about this many
-    # examples' tokens per checkpoint, and as many read before the first step.
+    # Training examples shuffled in memory. Every checkpoint holds them (a resume
+    # continues with the same examples), and as many are read before the first step:
     d("shuffle_buffer_size", 10000)
     # --- Optimizer ---
     d("optimizer", "adam")  # adam, multistep_adam, sgd, momentum, adafactor

@@ -16,9 +16,9 @@ keras.optimizers.Adafactor to float rounding. With relative_step=False the step 
 the rate the schedule gives, uncapped, as in T2T's AdafactorOptimizer given a
 learning rate (and fairseq's relative_step=False); Keras caps it at 1/√t even then.
 The cap binds once t > 1/rate², so a constant rate of 0.05 becomes 1/√t decay after
-400 updates. The estimate is applied as T2T applies
-it, as row and column factors of the gradient, without forming the full-size tensor.
-The scalars every variable's update takes are built once per apply() (OncePerApply).
+400 updates. The estimate is applied as T2T applies it, as row and column factors
+of the gradient, without forming the full-size tensor. The scalars every
+variable's update takes are built once per apply() (OncePerApply).
 
 A checkpoint names each slot as Keras's Adafactor does, by its place in Keras's
 flat list of optimizer variables (r, c and v of every variable in turn); the
