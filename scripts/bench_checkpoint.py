@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from benchkit import harness
+from benchkit import builds, harness
 
 
 def parse(argv):
@@ -49,11 +49,12 @@ def parse(argv):
 
 
 def child(args):
-    from t2t_lite.registry import HPARAMS_SETS
     from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 
-    hp = HPARAMS_SETS.get(args.hparams_set)().override(
-        optimizer_multistep_accumulate_steps=2, shuffle_buffer_size=int(args.config)
+    hp = builds.hparams(
+        args.hparams_set,
+        optimizer_multistep_accumulate_steps=2,
+        shuffle_buffer_size=int(args.config),
     )
     output_dir = tempfile.mkdtemp(prefix="bench_checkpoint_")
     options = TrainerOptions(
