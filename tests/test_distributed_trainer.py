@@ -28,6 +28,21 @@ def test_mid_window_stop_and_resume_equals_an_uninterrupted_run(trainer_runs):
 
 
 @pytest.mark.slow
+def test_a_save_gathers_the_replica_sums_at_once_and_writes_what_tf_would(
+    trainer_runs,
+):
+    """The stopped run's accumulators hold a partial window. Its checkpoint, and
+    another save through a CheckpointKeeper, hold bitwise what TF writes when it
+    reads each replica-local variable itself; TF asks for at least one reduction
+    per variable (across hosts, a collective each), a save for two in all."""
+    assert trainer_runs["saved_tokens"] > 0
+    assert trainer_runs["replica_sum_keys"] > 30
+    assert trainer_runs["saved_differing"] == []
+    assert trainer_runs["own_save_reductions"] >= trainer_runs["replica_sum_keys"]
+    assert trainer_runs["save_reductions"] == 2
+
+
+@pytest.mark.slow
 def test_a_checkpoint_resumes_on_another_replica_count_with_a_warning(trainer_runs):
     warnings = trainer_runs["replica_change_warnings"]
     assert len(warnings) == 2

@@ -9,20 +9,13 @@ tokens more than a long one's.
 The variables are ON_READ (replica-local under tf.distribute, plain variables
 otherwise), so replicas never talk between updates. They are float32 whatever the
 model's compute dtype, and they are checkpointed: with the global step (whose value mod
-n is the position inside the window) they let a run resume mid-window exactly.
+n is the position inside the window) they let a run resume mid-window exactly. On
+several replicas a checkpoint holds their sums over all replicas (`summed`).
 """
 
 import tensorflow as tf
 
-
-def _local_variable(initial_value, name):
-    return tf.Variable(
-        initial_value,
-        trainable=False,
-        name=name,
-        synchronization=tf.VariableSynchronization.ON_READ,
-        aggregation=tf.VariableAggregation.SUM,
-    )
+from t2t_lite.state_variables import replica_sum_variable, sums_over_replicas
 
 
 def _replica_copy(variable):
@@ -40,11 +33,11 @@ class GradientAccumulator(tf.Module):
     def __init__(self, variables, name="accumulator"):
         super().__init__(name=name)
         self.gradients = [
-            _local_variable(tf.zeros(v.shape, tf.float32), f"grad_{i}")
+            replica_sum_variable(tf.zeros(v.shape, tf.float32), f"grad_{i}")
             for i, v in enumerate(variables)
         ]
-        self.loss_sum = _local_variable(0.0, "loss_sum")
-        self.tokens = _local_variable(0.0, "tokens")
+        self.loss_sum = replica_sum_variable(0.0, "loss_sum")
+        self.tokens = replica_sum_variable(0.0, "tokens")
 
     def add(self, gradients, loss_sum, tokens):
         """Adds one micro-batch; embedding IndexedSlices are scattered, never densified."""
@@ -90,3 +83,18 @@ class GradientAccumulator(tf.Module):
             accumulator.assign(tf.math.multiply_no_nan(accumulator.read_value(), 0.0))
         self.loss_sum.assign(0.0)
         self.tokens.assign(0.0)
+
+    def summed(self, strategy):
+        """What a checkpoint writes in place of this module on several replicas: a
+        module of the same shape (so the same keys) holding the sums over all
+        replicas, gathered at once (state_variables.sums_over_replicas)."""
+        *gradients, loss_sum, tokens = sums_over_replicas(
+            [*self.gradients, self.loss_sum, self.tokens], strategy
+        )
+        stand_in = tf.Module(name=self.name)
+        stand_in.gradients, stand_in.loss_sum, stand_in.tokens = (
+            gradients,
+            loss_sum,
+            tokens,
+        )
+        return stand_in

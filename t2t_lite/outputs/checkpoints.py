@@ -85,7 +85,9 @@ class CheckpointKeeper:
     (tf.train.CheckpointManager's rule). optional: names of top-level checkpoint
     variables that checkpoints written by an earlier t2t_lite lack; restoring
     such a checkpoint leaves them at their current (initial) value instead of
-    refusing it.
+    refusing it. stand_ins: a function returning {item name: object} that a save
+    writes in place of those top-level items of the checkpoint (same keys), e.g.
+    replica-local sums gathered at once (GradientAccumulator.summed).
     """
 
     def __init__(
@@ -96,8 +98,10 @@ class CheckpointKeeper:
         variables,
         keep_every_n_hours=None,
         optional=(),
+        stand_ins=dict,
     ):
         self.checkpoint = checkpoint
+        self._stand_ins = stand_ins
         self.directory = directory
         self._keep_hours = keep_every_n_hours or None
         self._optional = tuple(optional)
@@ -230,7 +234,8 @@ class CheckpointKeeper:
             )
             return None
         try:
-            return self.manager.save(checkpoint_number=number)
+            with _standing_in(self.checkpoint, self._stand_ins()):
+                return self.manager.save(checkpoint_number=number)
         except (OSError, tf.errors.OpError) as e:
             if is_peer_failure(e):
                 # Reading replica-local variables for the save is a collective:
@@ -242,6 +247,20 @@ class CheckpointKeeper:
                 f"'{self.directory}': {first_line(e)}; the checkpoints already "
                 "there are intact."
             ) from None
+
+
+@contextlib.contextmanager
+def _standing_in(root, stand_ins):
+    """`root` with its items replaced by `stand_ins` (only items it has: a save
+    must not add any), put back afterwards."""
+    live = {name: getattr(root, name) for name in stand_ins if hasattr(root, name)}
+    for name in live:
+        setattr(root, name, stand_ins[name])
+    try:
+        yield
+    finally:
+        for name, value in live.items():
+            setattr(root, name, value)
 
 
 @contextlib.contextmanager

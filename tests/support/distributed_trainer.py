@@ -10,6 +10,9 @@
               draw different masks for the same batch.
   effective   effective_batch_size=192 with batch_size 64: n=3 on one replica; the
               same run refuses to resume on 2 replicas (n would become 2).
+  save        The stopped run's checkpoint (its accumulators hold a partial window)
+              holds what TF writes when it reads each replica-local variable
+              itself, and a save asks for two reductions, not three per variable.
 
 Prints one JSON line.
 """
@@ -32,6 +35,7 @@ tf.config.set_logical_device_configuration(
 import t2t_lite  # noqa: F401
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_sets import transformer_test
+from t2t_lite.outputs.checkpoints import CheckpointKeeper
 from t2t_lite.training.loop.trainer import Trainer, TrainerOptions
 
 N = 3
@@ -97,12 +101,74 @@ def ratio(actual, expected, rtol=1e-5, atol=1e-7):
     )
 
 
-def check_resume(root, strategy):
+class ReductionCounter:
+    """Counts the sums over replicas asked of `strategy` (reduce_to: how TF reads a
+    replica-local variable on the host; batch_reduce_to: many at once)."""
+
+    def __init__(self, strategy):
+        self.calls = 0
+        extended = strategy.extended
+        for name in ("reduce_to", "batch_reduce_to"):
+            setattr(extended, name, self._counted(getattr(extended, name)))
+
+    def _counted(self, method):
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def replica_sums(prefix):
+    """The accumulators' and noise scale's tensors in checkpoint `prefix`."""
+    reader = tf.train.load_checkpoint(prefix)
+    return {
+        key: reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if key.startswith(("accumulator/", "noise_scale/"))
+    }
+
+
+def check_save(t, root, reductions):
+    """`t` stopped inside a window. Its checkpoint, and one more save through a
+    CheckpointKeeper as the trainer's, against TF writing the same items itself:
+    the replica sums' keys and values, and the reductions each save asks for."""
+    calls = reductions.calls
+    own = tf.train.Checkpoint(**t.step.checkpoint_items()).write(f"{root}/own/ckpt")
+    own_reductions, calls = reductions.calls - calls, reductions.calls
+    keeper = CheckpointKeeper(
+        t.checkpoint,
+        f"{root}/keeper",
+        2,
+        t.model.trainable_variables,
+        stand_ins=t.step.checkpoint_stand_ins,
+    )
+    saved = keeper.save(t.step.micro_step)
+    save_reductions = reductions.calls - calls
+    expected = replica_sums(own)
+    differing = []
+    for prefix in (saved, t.checkpoints.latest):
+        got = replica_sums(prefix)
+        differing += sorted(set(got) ^ set(expected))
+        differing += [k for k in expected if not np.array_equal(got[k], expected[k])]
+    return {
+        "save_reductions": save_reductions,
+        "own_save_reductions": own_reductions,
+        "replica_sum_keys": len(expected),
+        "saved_tokens": float(
+            expected["accumulator/tokens/.ATTRIBUTES/VARIABLE_VALUE"]
+        ),
+        "saved_differing": differing,
+    }
+
+
+def check_resume(root, strategy, reductions):
     whole = trainer(f"{root}/whole", 9, strategy)
     whole.train()
     first = trainer(f"{root}/split", 9, strategy, callbacks=[StopAt(3)])
     first.train()  # stopped after micro-step 4 of 9: inside the second window
     stopped_at = first.step.micro_step
+    saves = check_save(first, f"{root}/saves", reductions)
     second = trainer(f"{root}/split", 9, strategy)
     second.train()
     return {
@@ -111,6 +177,7 @@ def check_resume(root, strategy):
         "resume_micro_steps": second.step.micro_step,
         "stopped_at": stopped_at,
         "stopped_by": first.stopped_by,
+        **saves,
     }
 
 
@@ -182,8 +249,9 @@ def main():
     strategy = tf.distribute.MirroredStrategy(
         ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
     )
+    reductions = ReductionCounter(strategy)
     report = {}
-    report.update(check_resume(root, strategy))
+    report.update(check_resume(root, strategy, reductions))
     grown, changes = check_replica_change(root, strategy)
     report.update(changes)
     report.update(check_dropout(grown, strategy))

@@ -7,13 +7,12 @@ tests do with them: restore, save, evaluate, datasets. training/loop/trainer.py 
 loop; nothing here iterates over steps.
 
 Distribution (a MirroredStrategy or MultiWorkerMirroredStrategy, see
-training/cluster/distribution.py): every replica reads its own shard through a checkpointed
-iterator (training/opening/inputs.py); every worker takes part in each checkpoint save
-(reading replica-local accumulators is a collective); the chief writes the run's
-files (hparams.json, run.json, metrics.jsonl, TensorBoard, checkpoints) and
-evaluates while the others wait at the next all-reduce. Other workers keep their own
-checkpoints (their input iterators) under OUTPUT_DIR/workers/worker-I, so a
-multi-host run also resumes exactly.
+training/cluster/distribution.py): every replica reads its own shard through a
+checkpointed iterator (training/opening/inputs.py); every worker takes part in each save
+(it gathers the replica-local sums in packed all-reduces); the chief writes the run's
+files (hparams.json, run.json, metrics.jsonl, TensorBoard, checkpoints) and evaluates
+while the others wait at the next all-reduce. Other workers keep their own checkpoints
+(their input iterators, to resume exactly) under OUTPUT_DIR/workers/worker-I.
 """
 
 import time
@@ -113,6 +112,7 @@ class TrainerSetup:
             self.model.trainable_variables,
             keep_every_n_hours=options.keep_checkpoint_every_n_hours,
             optional=OPTIONAL_CHECKPOINT_ITEMS,
+            stand_ins=self.step.checkpoint_stand_ins,
         )
         # TensorBoard, log lines, skipped updates (reporting/reporter.py):
         self.reporter = Reporter(

@@ -23,17 +23,11 @@ the sums ride the update's one all-reduce. The update itself is unchanged.
 
 import tensorflow as tf
 
-from t2t_lite.state_variables import first_replica_variable
-
-
-def _local(name):
-    return tf.Variable(
-        0.0,
-        trainable=False,
-        name=name,
-        synchronization=tf.VariableSynchronization.ON_READ,
-        aggregation=tf.VariableAggregation.SUM,
-    )
+from t2t_lite.state_variables import (
+    first_replica_variable,
+    replica_sum_variable,
+    sums_over_replicas,
+)
 
 
 def squared_norm(gradients):
@@ -64,10 +58,11 @@ class NoiseScale(tf.Module):
         super().__init__(name=name)
         self.decay = decay
         with self.name_scope:
-            # Over this window's micro-batches so far, on this replica:
-            self.square_sum = _local("micro_square_sum")  # Σ |grad_i|² / B_i²
-            self.inverse_tokens = _local("micro_inverse_tokens")  # Σ 1 / B_i
-            self.count = _local("micro_count")
+            # Over this window's micro-batches so far, on this replica: Σ |grad_i|² /
+            # B_i², Σ 1 / B_i and the number of micro-batches.
+            self.square_sum = replica_sum_variable(0.0, "micro_square_sum")
+            self.inverse_tokens = replica_sum_variable(0.0, "micro_inverse_tokens")
+            self.count = replica_sum_variable(0.0, "micro_count")
             self.trace_average = first_replica_variable(
                 0.0, tf.float32, "trace_average"
             )
@@ -106,6 +101,20 @@ class NoiseScale(tf.Module):
 
     def _sums(self):
         return (self.square_sum, self.inverse_tokens, self.count)
+
+    def summed(self, strategy):
+        """What a checkpoint writes in place of this module on several replicas:
+        the same attributes (so the same keys), the window sums over all replicas
+        gathered at once (state_variables.sums_over_replicas), the averages as
+        they are."""
+        stand_in = tf.Module(name=self.name)
+        stand_in.square_sum, stand_in.inverse_tokens, stand_in.count = (
+            sums_over_replicas(self._sums(), strategy)
+        )
+        stand_in.trace_average = self.trace_average
+        stand_in.gradient_average = self.gradient_average
+        stand_in.weight = self.weight
+        return stand_in
 
     def update(self, square_sum, inverse_tokens, count, big_square, tokens, valid):
         """Folds one update's estimates into the averages (only where `valid` and

@@ -357,6 +357,19 @@ class TrainStep:
             items["loss_scale"] = self.loss_scale
         return items
 
+    def checkpoint_stand_ins(self):
+        """What a save writes in place of checkpoint_items (CheckpointKeeper's
+        stand_ins): on several replicas, the accumulators and noise-scale sums over
+        all replicas, gathered at once rather than by reductions per variable."""
+        if self.strategy.num_replicas_in_sync == 1:
+            return {}
+        summed = {"accumulator": self.accumulator, "noise_scale": self.noise_scale}
+        return {
+            name: module.summed(self.strategy)
+            for name, module in summed.items()
+            if module is not None
+        }
+
     def _compile(self, body, closes_window, advances=True):
         """`body` compiled for this step's strategy (training/step/compiled.py)."""
         return compiled_step(
