@@ -28,24 +28,16 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import numpy as np
 from benchkit import harness
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from benchkit.two_workers import max_relative_difference, state, worker_environments
 
 
 def start(output_dir, train_steps, log_prefix):
-    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
     args = [
         sys.executable,
         "-m",
@@ -61,11 +53,7 @@ def start(output_dir, train_steps, log_prefix):
         "--deterministic",
     ]
     workers = []
-    for index in range(2):
-        env = dict(os.environ)
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        )
+    for index, env in enumerate(worker_environments()):
         log = open(f"{log_prefix}{index}.log", "w")  # noqa: SIM115 (the child's)
         workers.append(
             subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -77,26 +65,6 @@ def last_line(path):
     with open(path) as f:
         lines = [line for line in f.read().splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-def state(prefix):
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(prefix)
-    return {
-        key: reader.get_tensor(key)
-        for key in reader.get_variable_to_shape_map()
-        if not key.startswith(("train_iterator", "_CHECKPOINTABLE"))
-    }
-
-
-def max_relative_difference(a, b):
-    worst = 0.0
-    for key in b:
-        x, y = np.asarray(a[key], np.float64), np.asarray(b[key], np.float64)
-        scale = np.maximum(np.abs(y), 1e-12)
-        worst = max(worst, float(np.max(np.abs(x - y) / scale, initial=0.0)))
-    return worst
 
 
 def when_first_step(workers, log):

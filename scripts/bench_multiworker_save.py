@@ -20,15 +20,14 @@ import argparse
 import atexit
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-import numpy as np
 from benchkit import harness
+from benchkit.two_workers import max_relative_difference, state, worker_environments
 
 CONFIGS = ("gathered", "per_variable")
 
@@ -75,16 +74,9 @@ def child(args, trainer_flags):
 
 def launch(config, run_dir, steps):
     """The two workers of one run of `config`; returns their timing files."""
-    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
     files, workers = [], []
-    for index in range(2):
+    for index, env in enumerate(worker_environments()):
         files.append(os.path.join(run_dir, f"timings{index}.json"))
-        env = dict(
-            os.environ,
-            TF_CONFIG=json.dumps(
-                {"cluster": cluster, "task": {"type": "worker", "index": index}}
-            ),
-        )
         command = [
             sys.executable, os.path.abspath(__file__), f"--child={config}",
             f"--timings={files[-1]}", "--hparams_set=transformer_test",
@@ -100,31 +92,6 @@ def launch(config, run_dir, steps):
     if codes != [0, 0]:
         raise RuntimeError(f"{config}: workers exited with {codes}; logs in {run_dir}")
     return files
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def final_state(run_dir, steps):
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(f"{run_dir}/run/model-{steps}")
-    return {
-        key: reader.get_tensor(key)
-        for key in reader.get_variable_to_shape_map()
-        if not key.startswith(("train_iterator", "_CHECKPOINTABLE"))
-    }
-
-
-def largest_difference(a, b):
-    worst = 0.0
-    for key in b:
-        x, y = np.asarray(a[key], np.float64), np.asarray(b[key], np.float64)
-        worst = max(worst, float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1e-12))))
-    return worst
 
 
 def main(argv=None):
@@ -148,8 +115,8 @@ def main(argv=None):
 
     harness.interleave(CONFIGS, args.rounds, run_one, label="round")
     same = [
-        largest_difference(
-            *[final_state(f"{root}/{c}-{i}", args.steps) for c in CONFIGS]
+        max_relative_difference(
+            *[state(f"{root}/{c}-{i}/run/model-{args.steps}") for c in CONFIGS]
         )
         for i in range(args.rounds)
     ]

@@ -7,6 +7,8 @@ point that imports this package (and t2t_lite), never another script.
   small translation model some benchmarks decode with.
 - profiler.py: the TF profiler's time per op type.
 - flops.py: a Transformer's training FLOPs and the machine's matmul peak (MFU).
+- two_workers.py: TF_CONFIG clusters on 127.0.0.1 and the checkpointed state their
+  runs are compared by (bench_lost_worker.py, bench_multiworker_save.py).
 - peers/: the frameworks bench_peers.py and bench_fit.py compare t2t_lite with (the
   Keras 3 + keras-hub model, the OpenNMT-tf venv driver), the synthetic corpus they
   all train on, and bench_peers' worker processes and results.
