@@ -92,9 +92,6 @@ class GradientAccumulator(tf.Module):
             [*self.gradients, self.loss_sum, self.tokens], strategy
         )
         stand_in = tf.Module(name=self.name)
-        stand_in.gradients, stand_in.loss_sum, stand_in.tokens = (
-            gradients,
-            loss_sum,
-            tokens,
-        )
+        stand_in.gradients = gradients
+        stand_in.loss_sum, stand_in.tokens = loss_sum, tokens
         return stand_in

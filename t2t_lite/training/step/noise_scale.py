@@ -58,8 +58,8 @@ class NoiseScale(tf.Module):
         super().__init__(name=name)
         self.decay = decay
         with self.name_scope:
-            # Over this window's micro-batches so far, on this replica: Σ |grad_i|² /
-            # B_i², Σ 1 / B_i and the number of micro-batches.
+            # Over this window's micro-batches so far, on this replica:
+            # Σ |grad_i|² / B_i², Σ 1 / B_i and the number of micro-batches.
             self.square_sum = replica_sum_variable(0.0, "micro_square_sum")
             self.inverse_tokens = replica_sum_variable(0.0, "micro_inverse_tokens")
             self.count = replica_sum_variable(0.0, "micro_count")
