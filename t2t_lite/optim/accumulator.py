@@ -79,8 +79,11 @@ class GradientAccumulator(tf.Module):
         constants stay live (~ one more model copy, tests/test_memory.py). 0 * sum
         via multiply_no_nan computes zeros from the sum's own buffer, and is 0 even
         where an overflowed window left Inf or NaN (0 * Inf would be NaN)."""
+        # One constant for all, and value() (read_value() adds an Identity): the
+        # graph's every op costs time at each run's start, in tracing and Grappler.
+        zero = tf.constant(0.0)
         for accumulator in self.gradients:
-            accumulator.assign(tf.math.multiply_no_nan(accumulator.read_value(), 0.0))
+            accumulator.assign(tf.math.multiply_no_nan(accumulator.value(), zero))
         self.loss_sum.assign(0.0)
         self.tokens.assign(0.0)
 

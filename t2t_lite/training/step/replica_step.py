@@ -169,9 +169,11 @@ class ReplicaStep:
     def _all_reduced(self, gradients, scalars, noise):
         """One all-reduce of the gradients, `scalars` and the noise sums; returns
         (the normalized, unscaled, dense gradient, scalars, noise sums)."""
-        reduced = tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, list(gradients) + scalars + list(noise or [])
-        )
+        reduced = list(gradients) + scalars + list(noise or [])
+        if self.strategy.num_replicas_in_sync > 1:  # else the sum is the value itself
+            reduced = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, reduced
+            )
         first, last = len(gradients), len(gradients) + len(scalars)
         gradients, scalars, noise = reduced[:first], reduced[first:last], reduced[last:]
         # Dense from here on: Keras 3 optimizers treat IndexedSlices lazily (moments of
