@@ -59,9 +59,9 @@ included) / wall time. OpenNMT-tf runs once per round in its venv's python: a fr
 tokens/s is the "target" tokens/s it logs, weighted by the log timestamps, over the
 updates after the warmup ones. Reported: medians over rounds, ratios (median of
 per-round ratios) of every t2t_lite config to every peer, and model FLOPs utilization
-(`training_flops`) against this machine's tf.matmul peak (2048x2048, float32 and
-bfloat16, best of several, measured before and after the rounds): float32 configs
-against the float32 peak, bfloat16 ones against the bfloat16 peak.
+(`training_flops`) against this machine's tf.matmul peak (2048x2048, --peak_size;
+float32 and bfloat16, best of several, measured before and after the rounds): float32
+configs against the float32 peak, bfloat16 ones against the bfloat16 peak.
 
 Run (from the repository root):
 
@@ -108,6 +108,7 @@ SMOKE = {  # --smoke: a tiny model, one round of one update (two micro-batches)
     "mean_length": 8,
     "max_length": 16,
     "corpus_sentences": 500,
+    "peak_size": 512,  # the MFU's peak only has to exist
 }
 
 # --- arguments -----------------------------------------------------------------------
@@ -138,6 +139,7 @@ def parse_args(argv):
     add("--max_length", type=int, default=100, help="Longest sentence (tokens).")
     add("--corpus_sentences", type=int, default=50000, help="Synthetic corpus size.")
     add("--seed", type=int, default=1)
+    add("--peak_size", type=int, default=2048, help="Side of the peak's tf.matmul.")
     add("--work_dir", default="", help="Data, configs and logs; default: a temp dir.")
     add("--worker", default="", help=argparse.SUPPRESS)  # internal: child mode
     add("--spec", default="", help=argparse.SUPPRESS)
@@ -294,7 +296,7 @@ def print_report(report):
         f"{report['data']}; {report['rounds']} rounds x {report['updates']} updates"
     )
     print(
-        f"peak tf.matmul 2048^2: float32 {peak['float32'] / 1e9:.0f} GFLOP/s, "
+        f"peak tf.matmul {report['peak_size']}^2: float32 {peak['float32'] / 1e9:.0f} GFLOP/s, "
         f"bfloat16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s; "
         f"{report['flops_per_target_token'] / 1e6:.1f} MFLOP per target token; "
         "tok/update: target tokens per update; warmup s: build + warmup, all "
@@ -323,13 +325,13 @@ def run_benchmark(args):
     print(f"data: {describe_data(batches, spec)}; work dir {args.work_dir}", flush=True)
     results = {name: Result(name) for name in args.configs}
     handles = start_configs(args, spec_path, results)
-    peaks = flops.measure_peaks()
+    peaks = flops.measure_peaks(size=args.peak_size)
     try:
         run_rounds(args, spec, paths, handles, results)
     finally:
         for handle in handles.values():
             handle.close()
-    peaks = flops.measure_peaks(peaks)
+    peaks = flops.measure_peaks(peaks, size=args.peak_size)
     total, tokens = flops.training_flops(batches, spec)
     summaries = {
         n: results[n].summary(total / tokens, peaks)
@@ -347,6 +349,7 @@ def run_benchmark(args):
         "updates": args.updates,
         "flops_per_target_token": total / tokens,
         "peak_flops": peaks,
+        "peak_size": args.peak_size,
         "configs": summaries,
         "ratios": ratios(summaries),
         "rows": table_rows({n: summaries[n] for n in args.configs}),
