@@ -49,9 +49,10 @@ What differs, besides the frameworks (by design: each does what its users get):
 
 Method: t2t_lite and Keras configs each live in a worker process of their own (no
 state leaks between them, e.g. Keras's global mixed-precision policy), started
-together; each builds its model and warms up with one untimed update (tracing;
-t2t_xla: one untimed pass over all the batches, as XLA compiles once per batch
-shape; the compile times show as "warmup s"). Then --rounds rounds,
+together from a forkserver that has imported TensorFlow once; each builds its
+model and warms up with one untimed update (tracing; t2t_xla: one untimed pass over
+all the batches, as XLA compiles once per batch shape; the compile times show as
+"warmup s"). Then --rounds rounds,
 in which every configuration in turn (benchkit.harness.interleave: rotating order) trains
 --updates updates on the same batches: tokens/s = non-pad target tokens (EOS
 included) / wall time. OpenNMT-tf runs once per round in its venv's python: a fresh
@@ -141,8 +142,6 @@ def parse_args(argv):
     add("--seed", type=int, default=1)
     add("--peak_size", type=int, default=2048, help="Side of the peak's tf.matmul.")
     add("--work_dir", default="", help="Data, configs and logs; default: a temp dir.")
-    add("--worker", default="", help=argparse.SUPPRESS)  # internal: child mode
-    add("--spec", default="", help=argparse.SUPPRESS)
     harness.add_json_flag(p)
     args = p.parse_args(argv)
     if args.smoke:
@@ -316,8 +315,7 @@ def start_configs(args, spec_path, results):
             status="skipped",
         )
     in_process = [n for n in args.configs if not n.startswith("opennmt")]
-    script = os.path.abspath(__file__)
-    return workers.start_workers(in_process, script, spec_path, args.work_dir, results)
+    return workers.start_workers(in_process, spec_path, args.work_dir, results)
 
 
 def run_benchmark(args):
@@ -358,9 +356,6 @@ def run_benchmark(args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.worker:
-        workers.worker_main(args.worker, args.spec)
-        return
     if args.setup_opennmt:
         opennmt.setup_opennmt(args.venv)
         return

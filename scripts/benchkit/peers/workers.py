@@ -1,24 +1,24 @@
 """bench_peers.py's worker processes: one per in-process configuration, so that no
 state leaks between configurations (e.g. Keras's global mixed-precision policy).
 
-The parent talks to a worker over a line protocol: the worker builds and warms up,
-replies ready, then times one pass over the batches per "run" line on its stdin until
-"quit". Replies are JSON lines after MARK on its stdout; its stderr (TF's logs) goes
-to a file."""
+Workers are forked by a multiprocessing forkserver that has imported TensorFlow,
+Keras, keras-hub and t2t_lite once, and run nothing: each worker is still a process
+no other configuration has touched, without paying those imports (about 5 s of CPU)
+again. The parent talks to a worker over a pipe: the worker builds and warms up,
+replies ready, then times one pass over the batches per "run" message until "quit".
+Its stdout and stderr (TensorFlow's logs included) go to a file."""
 
 import json
+import multiprocessing
 import os
-import subprocess
 import sys
 import time
 
 from benchkit.peers.corpus import load_batches
 
-MARK = "@@bench_peers "  # prefixes a worker's protocol lines on its stdout
-
-
-def reply(message):
-    print(MARK + json.dumps(message), flush=True)
+# What the forkserver imports before it forks any worker. The benchkit modules come
+# with each worker's own start (the forkserver does not see scripts/ on its path).
+PRELOAD = ["tensorflow", "keras", "keras_hub", "t2t_lite.training.opening.build"]
 
 
 def error_line(exc):
@@ -37,10 +37,11 @@ def session_class_of(name):
     return T2TSession
 
 
-def worker_main(name, spec_path):
-    """Child mode: build `name`, warm up (one update: tracing; XLA: one pass, every
-    shape compiled), say ready, then time one pass over the batches per "run" line
-    on stdin until "quit" (or the end of stdin)."""
+def worker_main(name, spec_path, log_path, conn):
+    """A worker: build `name`, warm up (one update: tracing; XLA: one pass, every
+    shape compiled), say ready on `conn`, then time one pass over the batches per
+    "run" message until "quit" (or the parent's end of the pipe closes)."""
+    _output_to(log_path)
     with open(spec_path) as f:
         spec = json.load(f)
     try:
@@ -50,7 +51,7 @@ def worker_main(name, spec_path):
         batches = load_batches(path) or load_batches(spec["batches_path"])
         session = session_class(name, spec, batches)
         session.segment(session.warmup_batches)
-        reply(
+        conn.send(
             {
                 "ready": True,
                 "warmup_seconds": time.perf_counter() - start,
@@ -58,70 +59,95 @@ def worker_main(name, spec_path):
             }
         )
     except Exception as exc:  # noqa: BLE001  (this config's error, not a crash)
-        reply({"error": error_line(exc)})
+        conn.send({"error": error_line(exc)})
         return
-    for line in sys.stdin:
-        if line.strip() != "run":
-            break
+    while _next_command(conn) == "run":
         try:
-            reply(session.segment())
+            conn.send(session.segment())
         except Exception as exc:  # noqa: BLE001  (this config's error, not a crash)
-            reply({"error": error_line(exc)})
+            conn.send({"error": error_line(exc)})
             return
+
+
+def _next_command(conn):
+    try:
+        return conn.recv()
+    except EOFError:  # the parent has gone
+        return "quit"
+
+
+def _output_to(path):
+    """This process's stdout and stderr, TensorFlow's C++ logs included, to `path`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 # --- parent side ----------------------------------------------------------------------
 
 
-class Worker:
-    """The parent's handle on one worker process (line protocol over its stdin and
-    stdout; its stderr, TF's logs included, goes to a file)."""
+def forkserver():
+    """The multiprocessing context whose server preloads PRELOAD."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
-    def __init__(self, name, script, spec_path, log_path):
+
+class Worker:
+    """The parent's handle on one worker process (messages over a pipe; the
+    worker's output goes to a file)."""
+
+    def __init__(self, name, context, spec_path, log_path):
         self.name, self.log_path = name, log_path
-        with open(log_path, "w") as log:  # the child keeps its own handle
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    script,
-                    f"--worker={name}",
-                    f"--spec={spec_path}",
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
+        self.conn, child_end = context.Pipe()
+        self.proc = context.Process(
+            target=worker_main,
+            args=(name, spec_path, log_path, child_end),
+            name=f"bench_peers-{name}",
+        )
+        self.proc.start()
+        child_end.close()  # the worker holds its own: its exit closes the pipe
 
     def receive(self):
-        for line in self.proc.stdout:
-            if line.startswith(MARK):
-                return json.loads(line[len(MARK) :])
-        self.proc.wait()
-        with open(self.log_path) as f:
-            tail = " | ".join(f.read().strip().splitlines()[-3:])
-        return {"error": f"worker exited with {self.proc.returncode}: {tail}"[:400]}
+        try:
+            return self.conn.recv()
+        except EOFError:
+            self.proc.join()
+        tail = ""
+        if os.path.exists(self.log_path):
+            with open(self.log_path) as f:
+                tail = " | ".join(f.read().strip().splitlines()[-3:])
+        return {"error": f"worker exited with {self.proc.exitcode}: {tail}"[:400]}
 
     def ask(self, command):
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.conn.send(command)
+        except (BrokenPipeError, OSError):  # it has exited: receive says how
+            pass
         return self.receive()
 
     def close(self):
-        """Asks the worker to quit and waits for it (no zombie left behind)."""
+        """Asks the worker to quit and waits for it (killed after a minute)."""
         try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
+            self.conn.send("quit")
         except (BrokenPipeError, OSError):  # it has already exited
             pass
-        self.proc.wait(timeout=60)
+        self.conn.close()
+        self.proc.join(timeout=60)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
 
 
-def start_workers(names, script, spec_path, work_dir, results):
-    """Starts a worker per in-process config (`script --worker=NAME`), all at once,
-    and waits until each is warmed up (or failed: its status becomes "error")."""
+def start_workers(names, spec_path, work_dir, results):
+    """Starts a worker per in-process config, all at once, and waits until each is
+    warmed up (or failed: its status becomes "error")."""
+    context = forkserver()
     workers = {
-        n: Worker(n, script, spec_path, os.path.join(work_dir, f"worker-{n}.log"))
+        n: Worker(n, context, spec_path, os.path.join(work_dir, f"worker-{n}.log"))
         for n in names
     }
     for name, worker in workers.items():
