@@ -323,8 +323,8 @@ def run_benchmark(args):
     print(f"data: {describe_data(batches, spec)}; work dir {args.work_dir}", flush=True)
     results = {name: Result(name) for name in args.configs}
     handles = start_configs(args, spec_path, results)
-    peaks = flops.measure_peaks(size=args.peak_size)
     try:
+        peaks = flops.measure_peaks(size=args.peak_size)
         run_rounds(args, spec, paths, handles, results)
     finally:
         for handle in handles.values():

@@ -1,13 +1,15 @@
 """bench_peers.py's worker processes: one per in-process configuration, so that no
 state leaks between configurations (e.g. Keras's global mixed-precision policy).
 
-Workers are forked by a multiprocessing forkserver that has imported TensorFlow,
-Keras, keras-hub and t2t_lite once, and run nothing: each worker is still a process
-no other configuration has touched, without paying those imports (about 5 s of CPU)
-again. The parent talks to a worker over a pipe: the worker builds and warms up,
-replies ready, then times one pass over the batches per "run" message until "quit".
-Its stdout and stderr (TensorFlow's logs included) go to a file."""
+Workers are forked by a multiprocessing forkserver that has imported TensorFlow and
+Keras once, and run nothing: each worker is still a process no other configuration
+has touched, without paying that import (about 4 s of CPU) again. On a machine with
+an NVIDIA GPU they are spawned instead (CUDA does not survive a fork). The parent
+talks to a worker over a pipe: the worker builds and warms up, replies ready, then
+times one pass over the batches per "run" message until "quit". Its stdout and
+stderr (TensorFlow's logs included) go to a file."""
 
+import glob
 import json
 import multiprocessing
 import os
@@ -16,9 +18,11 @@ import time
 
 from benchkit.peers.corpus import load_batches
 
-# What the forkserver imports before it forks any worker. The benchkit modules come
-# with each worker's own start (the forkserver does not see scripts/ on its path).
-PRELOAD = ["tensorflow", "keras", "keras_hub", "t2t_lite.training.opening.build"]
+# What the forkserver imports before it forks any worker: only the dependencies
+# every configuration shares. t2t_lite, keras-hub and benchkit come with each
+# worker's own start, from the parent's sys.path (the forkserver's is not it), so a
+# worker runs the checkout the parent runs, and a failing import fails one config.
+PRELOAD = ["tensorflow", "keras"]
 
 
 def error_line(exc):
@@ -89,8 +93,11 @@ def _output_to(path):
 # --- parent side ----------------------------------------------------------------------
 
 
-def forkserver():
-    """The multiprocessing context whose server preloads PRELOAD."""
+def worker_context():
+    """The multiprocessing context that starts workers: a forkserver that preloads
+    PRELOAD, or plain spawn on a machine with an NVIDIA GPU."""
+    if glob.glob("/dev/nvidia[0-9]*"):
+        return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     return context
@@ -102,11 +109,13 @@ class Worker:
 
     def __init__(self, name, context, spec_path, log_path):
         self.name, self.log_path = name, log_path
+        open(log_path, "w").close()  # no earlier run's log read as this one's
         self.conn, child_end = context.Pipe()
         self.proc = context.Process(
             target=worker_main,
             args=(name, spec_path, log_path, child_end),
             name=f"bench_peers-{name}",
+            daemon=True,  # a parent that fails does not wait for its workers
         )
         self.proc.start()
         child_end.close()  # the worker holds its own: its exit closes the pipe
@@ -114,12 +123,10 @@ class Worker:
     def receive(self):
         try:
             return self.conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # it has exited
             self.proc.join()
-        tail = ""
-        if os.path.exists(self.log_path):
-            with open(self.log_path) as f:
-                tail = " | ".join(f.read().strip().splitlines()[-3:])
+        with open(self.log_path) as f:
+            tail = " | ".join(f.read().strip().splitlines()[-3:])
         return {"error": f"worker exited with {self.proc.exitcode}: {tail}"[:400]}
 
     def ask(self, command):
@@ -145,7 +152,7 @@ class Worker:
 def start_workers(names, spec_path, work_dir, results):
     """Starts a worker per in-process config, all at once, and waits until each is
     warmed up (or failed: its status becomes "error")."""
-    context = forkserver()
+    context = worker_context()
     workers = {
         n: Worker(n, context, spec_path, os.path.join(work_dir, f"worker-{n}.log"))
         for n in names

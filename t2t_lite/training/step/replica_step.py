@@ -3,10 +3,10 @@
 - `accumulate(batch)`: forward/backward on one micro-batch, add into the replica-local
   accumulators. No cross-replica communication.
 - `update(batch)`: the same, then ONE all-reduce of gradients, token count, loss and
-  stop votes; gradient = sum / tokens (token-exact); weight decay, then global-norm
-  clipping, once, on that gradient; the optimizer applies it (or the update is
-  skipped); accumulators reset. Without accumulators (a fixed n of 1) the update
-  uses the micro-batch's gradient directly.
+  stop votes (none on one replica); gradient = sum / tokens (token-exact); weight
+  decay, then global-norm clipping, once, on that gradient; the optimizer applies it
+  (or the update is skipped); accumulators reset. Without accumulators (a fixed n of
+  1) the update uses the micro-batch's gradient directly.
 
 Since the optimizer only runs on updates, `optimizer.iterations` *is* the update step:
 the learning-rate schedule and Adam's bias correction both count updates.
