@@ -31,12 +31,12 @@ def start(output_dir, **placements):
     """Two workers on 127.0.0.1 training the shared TWO_WORKER_RUN
     (tests/support/workers.py) into output_dir, logging to a new folder next to it;
     returns (workers, log folder). placements: kill_at_step, freeze_at_step or
-    kill_in_save, each {worker: step} (tests/support/lost_worker_trainer.py)."""
+    kill_in_save, each {worker: step} (tests/support/faulty_trainer.py)."""
     args = trainer_args(
         output_dir,
         program=(
             sys.executable,
-            os.path.join(HERE, "support", "lost_worker_trainer.py"),
+            os.path.join(HERE, "support", "faulty_trainer.py"),
         ),
         extra=("--lost_worker_timeout=5",),
     )

@@ -2,4 +2,4 @@
 in-process (cli_helpers), an independent reference for windows of any size
 (window_reference), and the scripts that run in a fresh process
 (distributed_equivalence, distributed_trainer, batch_schedule_replicas,
-lost_worker_trainer: `run_json_script` starts them as `python -m support.NAME`)."""
+faulty_trainer: `run_json_script` starts them as `python -m support.NAME`)."""

@@ -11,7 +11,9 @@ Replicas: in one process (MirroredStrategy) every replica's share is halved alik
 so all replicas take the same calls; a replica holding a single sentence gives it to
 the second half and an empty batch to the first. Across hosts only the update
 micro-step communicates; a split adds calls that do not, so workers still meet in
-the same all-reduce however many parts each took.
+the same all-reduce however many parts each took. The accumulators the parts add
+into exist on every worker from the start, even with a fixed n of 1: creating a
+variable there is itself a collective, which one worker cannot make alone.
 
 A failed call leaves the run's state as it was: `TrainStep` makes every write wait
 for the forward and backward pass of every local replica, and what the update writes

@@ -1,7 +1,6 @@
 """The training step, host side: windows, calls, splits, checkpoint items
 (docs/design.md §2). What runs inside the compiled step, per replica, is
-training/step/replica_step.py's ReplicaStep; the counters both read and write are
-training/step/counters.py's.
+training/step/replica_step.py's ReplicaStep; the counters are in counters.py.
 
 Two compiled functions share the replica body: `accumulate(batch)` adds a
 micro-batch into the replica-local accumulators, `accumulate_and_update(batch)`
@@ -12,8 +11,8 @@ decided when it starts by the run's plan (optim/batch_plan.py: a fixed n, a
 batch-size schedule or an adaptive batch), and the position inside it; the loop
 calls `train_on` for each micro-batch, the window's last one updating. Size and
 position are checkpointed, so a run resumed mid-window finishes the window it was
-in. With a fixed n of 1 there are no accumulators: the update body uses the
-micro-batch's gradient directly.
+in. With a fixed n of 1 on one host there are no accumulators: the update body uses
+the micro-batch's gradient directly.
 
 The gradient noise scale (training/step/noise_scale.py) is measured on the way when
 a window holds more than one micro-batch: a squared norm per micro-batch, summed
@@ -24,12 +23,10 @@ Distribution: the bodies run under `strategy.run`, accumulators are ON_READ
 count + loss, after which the optimizer applies without reducing again. The same
 all-reduce carries each worker's stop request (`request_stop`), so on many hosts a
 SIGTERM on one of them stops all of them at the same update, with no extra
-communication. Tested with MirroredStrategy over logical CPUs and with
-MultiWorkerMirroredStrategy across processes.
+communication. Tested with MirroredStrategy (logical CPUs) and across processes.
 
-Out of memory: a micro-batch whose step raises ResourceExhaustedError is split by
-sentences and accumulated in halves (training/step/out_of_memory.py); the replica
-body leaves the state as it was when a call fails.
+Out of memory: a micro-batch that raises ResourceExhaustedError is accumulated in
+halves (training/step/out_of_memory.py); a failed call leaves the state as it was.
 """
 
 import tensorflow as tf
@@ -39,6 +36,7 @@ from t2t_lite.optim.accumulator import GradientAccumulator
 from t2t_lite.optim.batch_plan import FixedWindows
 from t2t_lite.optim.optimizers import skip_keras_all_reduce
 from t2t_lite.optim.schedule import BatchClock
+from t2t_lite.training.cluster.distribution import num_workers
 from t2t_lite.training.step import out_of_memory
 from t2t_lite.training.step.compiled import compiled_step
 from t2t_lite.training.step.counters import StepCounters
@@ -130,7 +128,8 @@ class TrainStep:
             strategy=self.strategy,
             jit_compile=jit_compile,
         )
-        if can_vary:
+        self._checkpoints_accumulator = can_vary  # n=1: zero at every save
+        if can_vary or num_workers(self.strategy) > 1:
             self._create_accumulator()
         # Tests and benchmarks set a training/step/out_of_memory.SimulatedMemory here.
         self.simulated_memory = None
@@ -149,10 +148,14 @@ class TrainStep:
 
     @property
     def accumulator(self):
-        """The GradientAccumulator, or None while windows hold one micro-batch."""
+        """The GradientAccumulator, or None (_create_accumulator)."""
         return self.replica.accumulator
 
     def _create_accumulator(self):
+        """Made with the step when a window can sum micro-batches, and on several
+        hosts with any n: creating a variable there is a collective (the chief
+        broadcasts its value) that a worker splitting a micro-batch alone (_split)
+        could not make mid-run. Otherwise at a run's first split."""
         with self.strategy.scope():
             self.replica.accumulator = GradientAccumulator(
                 self.model.trainable_variables
@@ -296,7 +299,7 @@ class TrainStep:
 
     def _split(self, batch, first, second):
         """Counts and logs a split; the first one of a run without accumulators
-        (a fixed n of 1) creates them: the halves need somewhere to add up."""
+        creates them (_create_accumulator): the halves need somewhere to add up."""
         self.oom_splits.assign_add(1)
         sizes = [
             out_of_memory.padded_tokens(part, self.strategy)
@@ -346,7 +349,7 @@ class TrainStep:
             tokens_seen=self.tokens_seen,
             oom_splits=self.oom_splits,
         )
-        if self.accumulator is not None:
+        if self._checkpoints_accumulator:
             items["accumulator"] = self.accumulator
         if self.noise_scale is not None:
             items["noise_scale"] = self.noise_scale
@@ -363,11 +366,11 @@ class TrainStep:
         all replicas, gathered at once rather than by reductions per variable."""
         if self.strategy.num_replicas_in_sync == 1:
             return {}
-        summed = {"accumulator": self.accumulator, "noise_scale": self.noise_scale}
+        items = self.checkpoint_items()
         return {
-            name: module.summed(self.strategy)
-            for name, module in summed.items()
-            if module is not None
+            name: items[name].summed(self.strategy)
+            for name in ("accumulator", "noise_scale")
+            if name in items
         }
 
     def _compile(self, body, closes_window, advances=True):
