@@ -6,7 +6,7 @@
   stop votes (none on one replica); gradient = sum / tokens (token-exact); weight
   decay, then global-norm clipping, once, on that gradient; the optimizer applies it
   (or the update is skipped); accumulators reset. Without accumulators (a fixed n of
-  1) the update uses the micro-batch's gradient directly.
+  1 on one host) the update uses the micro-batch's gradient directly.
 
 Since the optimizer only runs on updates, `optimizer.iterations` *is* the update step:
 the learning-rate schedule and Adam's bias correction both count updates.
@@ -61,8 +61,8 @@ class ReplicaStep:
         self.noise_scale = noise_scale
         self.clock = clock
         self.strategy = strategy
-        # The GradientAccumulator, or None while windows hold one micro-batch: the
-        # host creates it when a split micro-batch needs one (TrainStep._split).
+        # The GradientAccumulator, set by the host (TrainStep._create_accumulator);
+        # None while a one-host run's windows hold one micro-batch and none split.
         self.accumulator = None
         # A function of its own, which both compiled step functions call, so that
         # the model's forward and backward pass is traced once, not once for each:
