@@ -148,7 +148,7 @@ class TrainStep:
 
     @property
     def accumulator(self):
-        """The GradientAccumulator, or None (_create_accumulator)."""
+        """The GradientAccumulator, or None until needed (_create_accumulator)."""
         return self.replica.accumulator
 
     def _create_accumulator(self):
